@@ -1,0 +1,25 @@
+"""Per-forward hooks for model runners, and Mamba stochastic-rounding seed prefetchers."""
+
+from .designs import ForwardContextSeedPrefetcher, SRSeedPrefetcher
+from .drawers import DRAWERS, RandintDrawer, SeedDrawer, resolve_drawer
+from .hooks import ForwardHook, ForwardHooks, ForwardInfo, NestedForwardError
+from .prefetch import IncompleteSeedBatchError, WrongStreamError
+from .sync import SYNC_PLANS, SyncPlan, resolve_sync_plan
+
+__all__ = [
+    "DRAWERS",
+    "SYNC_PLANS",
+    "ForwardContextSeedPrefetcher",
+    "ForwardHook",
+    "ForwardHooks",
+    "ForwardInfo",
+    "IncompleteSeedBatchError",
+    "NestedForwardError",
+    "RandintDrawer",
+    "SRSeedPrefetcher",
+    "SeedDrawer",
+    "SyncPlan",
+    "WrongStreamError",
+    "resolve_drawer",
+    "resolve_sync_plan",
+]

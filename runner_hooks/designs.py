@@ -1,0 +1,173 @@
+"""The two ways of telling one forward from the next.
+
+Both designs prefetch a forward's N seeds through the same `SeedPrefetch`
+(drawing, waiting, buffer lifetimes); they differ only in how a forward is
+delimited:
+
+* `SRSeedPrefetcher` (ours, explicit reset): the model runner says where each
+  forward begins and ends through `ForwardHooks`, so the draws are scheduled
+  as the forward begins, before its first Mamba layer, and a forward that did
+  not consume its seeds is caught as it ends.
+* `ForwardContextSeedPrefetcher` (the seed document's baseline): no runner
+  change; a forward is recognised at its first SSU call by the identity of the
+  runner's current forward context object (held by weakref, so a dead context
+  cannot be mistaken for a new one at the same address), and draws then.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable
+
+import torch
+
+from .drawers import SeedDrawer, drawer_factory
+from .hooks import ForwardInfo
+from .prefetch import SeedBatch, SeedPrefetch
+from .sync import SyncPlan, resolve_sync_plan
+
+DEFAULT_SYNC_PLANS: dict[str, str] = {"kernel": "single", "randint": "geometric"}
+"""The sync plan each drawer is fastest with when none is given (bench/results);
+a drawer not listed here gets FALLBACK_SYNC_PLAN."""
+FALLBACK_SYNC_PLAN = "geometric"
+
+
+def _seed_prefetch(
+    owner: object,
+    num_ssu_calls: int,
+    device: torch.device | str,
+    sync_plan: str | SyncPlan | None,
+    drawer: str | SeedDrawer,
+) -> SeedPrefetch | None:
+    """The shared machinery, or None where seeds cannot be prefetched (no CUDA)."""
+    if isinstance(num_ssu_calls, bool) or not isinstance(num_ssu_calls, int) or num_ssu_calls < 1:
+        raise ValueError(f"num_ssu_calls must be a positive int, got {num_ssu_calls!r}")
+    make_drawer = drawer_factory(drawer)
+    plan = None if sync_plan is None else resolve_sync_plan(sync_plan)
+    device = torch.device(device)
+    if device.type != "cuda" or not torch.cuda.is_available():
+        return None
+    if device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    built_drawer = make_drawer()
+    if plan is None:
+        plan = resolve_sync_plan(DEFAULT_SYNC_PLANS.get(built_drawer.name, FALLBACK_SYNC_PLAN))
+    return SeedPrefetch(type(owner).__name__, num_ssu_calls, device, built_drawer, plan)
+
+
+class SRSeedPrefetcher:
+    """Explicit-reset design: a forward hook that prefetches each forward's seeds.
+
+    As a forward that runs the SSU begins, its N seeds are scheduled on the
+    side stream; the k-th `next_seed()` of the forward returns seed k.  For a
+    FULL CUDA graph the draws wait for the forward's first `next_seed()`, so
+    that they land inside the graph being captured; a replay runs no Python,
+    calls no `next_seed()` and draws nothing.
+
+    `next_seed()` returns None (the caller then draws inline, as stock) outside
+    a forward, for forwards that do not run the SSU or are micro-batched,
+    beyond N calls, when disabled (no CUDA device), and under capture for seeds
+    not drawn inside that capture.
+    """
+
+    def __init__(
+        self,
+        num_ssu_calls: int,
+        device: torch.device | str,
+        *,
+        sync_plan: str | SyncPlan | None = None,
+        drawer: str | SeedDrawer = "auto",
+    ) -> None:
+        self._prefetch = _seed_prefetch(self, num_ssu_calls, device, sync_plan, drawer)
+        self._batch: SeedBatch | None = None
+        self._draw_at_first_seed = False
+
+    @property
+    def enabled(self) -> bool:
+        return self._prefetch is not None
+
+    @property
+    def prefetch(self) -> SeedPrefetch | None:
+        """The shared machinery (drawer, sync plan, device), or None when disabled."""
+        return self._prefetch
+
+    def on_forward_begin(self, info: ForwardInfo) -> None:
+        self._batch, self._draw_at_first_seed = None, False
+        if self._prefetch is None or not info.runs_ssu or info.micro_batched:
+            return
+        if info.full_cudagraph:
+            self._draw_at_first_seed = True
+        else:
+            self._batch = self._prefetch.schedule()
+
+    def next_seed(self) -> torch.Tensor | None:
+        batch = self._batch
+        if batch is None:
+            if not self._draw_at_first_seed:
+                return None
+            self._draw_at_first_seed = False
+            batch = self._batch = self._prefetch.schedule()  # type: ignore[union-attr]
+        return self._prefetch.take(batch)  # type: ignore[union-attr]
+
+    def on_forward_end(self, info: ForwardInfo) -> None:
+        batch, self._batch, self._draw_at_first_seed = self._batch, None, False
+        if batch is not None:
+            self._prefetch.finish(batch)  # type: ignore[union-attr]
+
+
+class ForwardContextSeedPrefetcher:
+    """Baseline design (the seed document's): forwards told apart by context identity.
+
+    The first `next_seed()` under a forward object not seen before (from
+    `current_forward()`) schedules that forward's N seeds; later calls under
+    the same object take them by index.  None (inline stock draw) when
+    `current_forward()` returns None, for micro-batched forwards, beyond N,
+    when disabled, and under capture for seeds not drawn inside it.  With no
+    end-of-forward signal, a forward that left seeds unconsumed is reported
+    when the next forward is first seen.
+    """
+
+    def __init__(
+        self,
+        num_ssu_calls: int,
+        device: torch.device | str,
+        current_forward: Callable[[], object | None],
+        *,
+        is_micro_batched: Callable[[object], bool] = lambda forward: False,
+        sync_plan: str | SyncPlan = "per_seed",
+        drawer: str | SeedDrawer = "randint",
+    ) -> None:
+        self._prefetch = _seed_prefetch(self, num_ssu_calls, device, sync_plan, drawer)
+        self._current_forward = current_forward
+        self._is_micro_batched = is_micro_batched
+        self._forward: weakref.ref[object] | None = None
+        self._batch: SeedBatch | None = None
+
+    @property
+    def enabled(self) -> bool:
+        return self._prefetch is not None
+
+    @property
+    def prefetch(self) -> SeedPrefetch | None:
+        """The shared machinery (drawer, sync plan, device), or None when disabled."""
+        return self._prefetch
+
+    def next_seed(self) -> torch.Tensor | None:
+        if self._prefetch is None:
+            return None
+        forward = self._current_forward()
+        if forward is None:
+            return None
+        if self._forward is None or self._forward() is not forward:
+            self._begin(forward)
+        if self._batch is None:
+            return None
+        return self._prefetch.take(self._batch)
+
+    def _begin(self, forward: object) -> None:
+        previous, self._batch = self._batch, None
+        self._forward = weakref.ref(forward)
+        if previous is not None:
+            self._prefetch.finish(previous)  # type: ignore[union-attr]
+        if not self._is_micro_batched(forward):
+            self._batch = self._prefetch.schedule()  # type: ignore[union-attr]

@@ -1,0 +1,112 @@
+"""How N stock-identical seeds are produced.
+
+Stock vLLM calls `torch.randint(0, 2**32, (1,), device=...)` once per SSU
+call.  A drawer writes the values that a run of such calls would return, in
+order, advancing the device's default CUDA generator exactly as they would,
+so the generator is left where stock leaves it.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable
+from typing import Protocol
+
+import torch
+
+logger = logging.getLogger(__name__)
+
+SEED_HIGH = 2**32
+"""Stock's exclusive upper bound: `torch.randint(0, 2**32, (1,))`."""
+
+
+def stock_seed(device: torch.device) -> torch.Tensor:
+    """One seed exactly as stock draws it, inline on the current stream."""
+    return torch.randint(0, SEED_HIGH, (1,), device=device)
+
+
+class SeedDrawer(Protocol):
+    """Produces stock-identical seeds into a buffer."""
+
+    name: str
+
+    def draw(self, out: torch.Tensor) -> None:
+        """Fills the 1-D contiguous int64 CUDA tensor `out`, on the current stream.
+
+        out[k] is the value the k-th of len(out) consecutive stock draws on
+        out's device would return from the generator's present state.
+        """
+        ...
+
+
+class RandintDrawer:
+    """One stock draw per seed: the same kernel, shape, dtype and order as stock.
+
+    `random_(0, 2**32)` on a one-element int64 view is what `torch.randint`
+    runs on the tensor it allocates, so each value and each generator
+    advance is stock's.
+    """
+
+    name = "randint"
+
+    def draw(self, out: torch.Tensor) -> None:
+        for seed in out.split(1):
+            seed.random_(0, SEED_HIGH)
+
+
+def _kernel_drawer() -> SeedDrawer:
+    from .seed_kernel import KernelDrawer
+
+    return KernelDrawer()
+
+
+DRAWERS: dict[str, Callable[[], SeedDrawer]] = {
+    RandintDrawer.name: RandintDrawer,
+    "kernel": _kernel_drawer,
+}
+"""The drawers users can force by name; "auto" picks among them."""
+
+
+@functools.cache
+def _auto_drawer() -> SeedDrawer:
+    """The one-kernel drawer where it builds, else the stock randint calls.
+
+    Cached: the choice and its log line are made once per process.
+    """
+    from .seed_kernel import SeedKernelUnavailable
+
+    try:
+        drawer = _kernel_drawer()
+    except SeedKernelUnavailable as reason:
+        logger.warning(
+            "Drawing stochastic-rounding seeds with one randint per seed: the one-kernel "
+            "drawer is unavailable (%s)",
+            reason,
+        )
+        return RandintDrawer()
+    logger.info("Drawing stochastic-rounding seeds with one kernel per forward")
+    return drawer
+
+
+def drawer_factory(drawer: str | SeedDrawer) -> Callable[[], SeedDrawer]:
+    """How to make the drawer given or named ("auto", or a key of DRAWERS).
+
+    Names are checked now; building (the one-kernel drawer compiles) waits
+    until the factory is called, so a disabled prefetcher builds nothing.
+    """
+    if not isinstance(drawer, str):
+        return lambda: drawer
+    if drawer == "auto":
+        return _auto_drawer
+    try:
+        return DRAWERS[drawer]
+    except KeyError:
+        raise ValueError(
+            f"unknown seed drawer {drawer!r}; choose 'auto' or one of {sorted(DRAWERS)}"
+        ) from None
+
+
+def resolve_drawer(drawer: str | SeedDrawer) -> SeedDrawer:
+    """The drawer itself, or the one named, built."""
+    return drawer_factory(drawer)()

@@ -1,0 +1,103 @@
+"""The runner-facing contract: what a model runner tells its hooks about each forward.
+
+This module knows nothing about CUDA.  A model runner owns one `ForwardHooks`
+and wraps every forward of its target model in `hooks.forward(info)`; hooks
+such as the seed prefetchers learn from it where one forward ends and the next
+begins, instead of guessing it from side channels.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Protocol, TypeVar
+
+
+@dataclass(frozen=True)
+class ForwardInfo:
+    """What a hook needs to know about the forward that is about to run.
+
+    runs_ssu: the forward calls the Mamba SSU once per Mamba-2 layer, i.e.
+        its batch has decode tokens.  False for prefill-only batches and for
+        the profile run, which call it zero times.
+    micro_batched: the forward is split into micro-batches (dual-batch
+        overlap); each micro-batch calls the SSU on its own thread and stream.
+    full_cudagraph: the forward runs as a FULL CUDA graph, being captured or
+        replayed; a replay runs no Python, so nothing may be scheduled for it
+        outside the graph.
+    """
+
+    runs_ssu: bool
+    micro_batched: bool = False
+    full_cudagraph: bool = False
+
+
+class ForwardHook(Protocol):
+    """Anything that wants to hear where forwards begin and end."""
+
+    def on_forward_begin(self, info: ForwardInfo) -> None: ...
+
+    def on_forward_end(self, info: ForwardInfo) -> None: ...
+
+
+HookT = TypeVar("HookT", bound=ForwardHook)
+
+
+class NestedForwardError(RuntimeError):
+    """A forward was opened while another one was still open."""
+
+
+class ForwardHooks:
+    """The hooks of one model runner, called around each forward.
+
+    Forwards do not nest: a runner runs one forward of its target model at a
+    time, and a hook that keeps per-forward state (a seed batch) would lose
+    track of the outer forward if they did, so nesting is refused loudly.
+    """
+
+    def __init__(self) -> None:
+        self._hooks: list[ForwardHook] = []
+        self._current: ForwardInfo | None = None
+
+    def register(self, hook: HookT) -> HookT:
+        """Adds `hook`; it is called for every later forward.  Returns it."""
+        if not callable(getattr(hook, "on_forward_begin", None)) or not callable(
+            getattr(hook, "on_forward_end", None)
+        ):
+            raise TypeError(
+                f"{type(hook).__name__} is not a forward hook: it needs "
+                "on_forward_begin(info) and on_forward_end(info)"
+            )
+        self._hooks.append(hook)
+        return hook
+
+    @property
+    def current(self) -> ForwardInfo | None:
+        """The open forward's info, or None between forwards."""
+        return self._current
+
+    @contextmanager
+    def forward(self, info: ForwardInfo) -> Iterator[None]:
+        """Runs the body as one forward.
+
+        Every hook's `on_forward_begin(info)` runs on entry, in registration
+        order; `on_forward_end(info)` runs on exit, in reverse order, also when
+        the body raises, for exactly the hooks whose begin returned.
+        """
+        if self._current is not None:
+            raise NestedForwardError(
+                f"forward({info}) opened while forward({self._current}) is still open; "
+                "a model runner runs one forward at a time"
+            )
+        self._current = info
+        begun: list[ForwardHook] = []
+        try:
+            for hook in self._hooks:
+                hook.on_forward_begin(info)
+                begun.append(hook)
+            yield
+        finally:
+            self._current = None
+            for hook in reversed(begun):
+                hook.on_forward_end(info)

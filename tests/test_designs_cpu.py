@@ -1,0 +1,207 @@
+"""When each design schedules, hands out and closes seed batches (no CUDA).
+
+The CUDA machinery (`SeedPrefetch`) is replaced by a recording stand-in, so
+these tests pin down the designs' own logic: how a forward is delimited and
+every case in which `next_seed()` must fall back to the inline stock draw.
+The real machinery is tested against stock on the GPU (tests/gpu).
+"""
+
+from __future__ import annotations
+
+import gc
+from dataclasses import dataclass
+
+import pytest
+import torch
+
+from runner_hooks import (
+    ForwardContextSeedPrefetcher,
+    ForwardHooks,
+    ForwardInfo,
+    SRSeedPrefetcher,
+    designs,
+)
+
+N = 4
+
+
+@dataclass(eq=False)
+class FakeBatch:
+    number: int
+    consumed: int = 0
+
+
+class FakePrefetch:
+    """Stands in for SeedPrefetch: seeds are (batch number, index) tuples."""
+
+    def __init__(self) -> None:
+        self.num_seeds = N
+        self.scheduled: list[FakeBatch] = []
+        self.finished: list[tuple[int, int]] = []
+
+    def schedule(self) -> FakeBatch:
+        batch = FakeBatch(len(self.scheduled))
+        self.scheduled.append(batch)
+        return batch
+
+    def take(self, batch: FakeBatch) -> tuple[int, int] | None:
+        if batch.consumed >= self.num_seeds:
+            return None
+        batch.consumed += 1
+        return (batch.number, batch.consumed - 1)
+
+    def finish(self, batch: FakeBatch) -> None:
+        self.finished.append((batch.number, batch.consumed))
+
+
+@pytest.fixture
+def fake(monkeypatch: pytest.MonkeyPatch) -> FakePrefetch:
+    prefetch = FakePrefetch()
+    monkeypatch.setattr(designs, "_seed_prefetch", lambda *args: prefetch)
+    return prefetch
+
+
+def reset_design(fake: FakePrefetch) -> tuple[ForwardHooks, SRSeedPrefetcher]:
+    hooks = ForwardHooks()
+    return hooks, hooks.register(SRSeedPrefetcher(N, "cuda"))
+
+
+def test_reset_schedules_as_a_decode_forward_begins(fake: FakePrefetch) -> None:
+    hooks, prefetcher = reset_design(fake)
+    with hooks.forward(ForwardInfo(runs_ssu=True)):
+        assert len(fake.scheduled) == 1
+        seeds = [prefetcher.next_seed() for _ in range(N + 2)]
+    assert seeds == [(0, 0), (0, 1), (0, 2), (0, 3), None, None]
+    assert fake.finished == [(0, N + 0)]
+
+
+def test_reset_falls_back_outside_a_forward(fake: FakePrefetch) -> None:
+    hooks, prefetcher = reset_design(fake)
+    assert prefetcher.next_seed() is None
+    with hooks.forward(ForwardInfo(runs_ssu=True)):
+        prefetcher.next_seed()
+    assert prefetcher.next_seed() is None
+    assert len(fake.scheduled) == 1
+
+
+@pytest.mark.parametrize(
+    "info",
+    [ForwardInfo(runs_ssu=False), ForwardInfo(runs_ssu=True, micro_batched=True)],
+    ids=["prefill_only", "micro_batched"],
+)
+def test_reset_draws_nothing_for_forwards_that_fall_back(
+    fake: FakePrefetch, info: ForwardInfo
+) -> None:
+    hooks, prefetcher = reset_design(fake)
+    with hooks.forward(info):
+        assert [prefetcher.next_seed() for _ in range(N)] == [None] * N
+    assert fake.scheduled == [] and fake.finished == []
+
+
+def test_reset_defers_full_cudagraph_draws_to_the_first_seed(fake: FakePrefetch) -> None:
+    hooks, prefetcher = reset_design(fake)
+    info = ForwardInfo(runs_ssu=True, full_cudagraph=True)
+    with hooks.forward(info):  # a replay: no SSU call, so nothing is drawn
+        pass
+    assert fake.scheduled == [] and fake.finished == []
+    with hooks.forward(info):  # a capture: the first SSU call draws, inside the graph
+        assert fake.scheduled == []
+        assert prefetcher.next_seed() == (0, 0)
+        assert len(fake.scheduled) == 1
+        assert prefetcher.next_seed() == (0, 1)
+    assert fake.finished == [(0, 2)]
+
+
+def test_reset_closes_the_batch_also_when_the_forward_raises(fake: FakePrefetch) -> None:
+    hooks, prefetcher = reset_design(fake)
+    with pytest.raises(RuntimeError, match="model"), hooks.forward(ForwardInfo(runs_ssu=True)):
+        prefetcher.next_seed()
+        raise RuntimeError("model failed")
+    assert fake.finished == [(0, 1)]
+    assert prefetcher.next_seed() is None
+
+
+def test_reset_each_forward_gets_its_own_batch(fake: FakePrefetch) -> None:
+    hooks, prefetcher = reset_design(fake)
+    for number in range(3):
+        with hooks.forward(ForwardInfo(runs_ssu=True)):
+            assert prefetcher.next_seed() == (number, 0)
+    assert [batch.number for batch in fake.scheduled] == [0, 1, 2]
+
+
+class Forward:
+    """Stands in for vLLM's ForwardContext."""
+
+    def __init__(self, micro_batched: bool = False) -> None:
+        self.micro_batched = micro_batched
+
+
+def baseline(fake: FakePrefetch) -> tuple[list[Forward | None], ForwardContextSeedPrefetcher]:
+    current: list[Forward | None] = [None]
+    prefetcher = ForwardContextSeedPrefetcher(
+        N,
+        "cuda",
+        lambda: current[0],
+        is_micro_batched=lambda forward: forward.micro_batched,  # type: ignore[attr-defined]
+    )
+    return current, prefetcher
+
+
+def test_baseline_draws_at_the_first_seed_of_a_new_forward(fake: FakePrefetch) -> None:
+    current, prefetcher = baseline(fake)
+    current[0] = Forward()
+    assert fake.scheduled == []
+    assert [prefetcher.next_seed() for _ in range(N + 1)] == [(0, k) for k in range(N)] + [None]
+    current[0] = Forward()
+    assert prefetcher.next_seed() == (1, 0)
+    assert fake.finished == [(0, N)]
+
+
+def test_baseline_falls_back_outside_a_forward_and_for_micro_batches(fake: FakePrefetch) -> None:
+    current, prefetcher = baseline(fake)
+    assert prefetcher.next_seed() is None
+    current[0] = Forward(micro_batched=True)
+    assert prefetcher.next_seed() is None
+    assert fake.scheduled == []
+    current[0] = None
+    assert prefetcher.next_seed() is None
+
+
+def test_baseline_tells_a_new_forward_from_a_dead_one_at_the_same_address(
+    fake: FakePrefetch,
+) -> None:
+    current, prefetcher = baseline(fake)
+    for _ in range(5):
+        current[0] = Forward()
+        prefetcher.next_seed()
+        current[0] = None
+        gc.collect()  # the next Forward may well reuse the freed address
+    assert len(fake.scheduled) == 5
+    assert fake.finished == [(number, 1) for number in range(4)]
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_without_cuda_both_designs_disable_gracefully(device: str) -> None:
+    if device == "cuda" and torch.cuda.is_available():
+        pytest.skip("CUDA is available here; this checks the no-CUDA path")
+    hooks = ForwardHooks()
+    reset = hooks.register(SRSeedPrefetcher(N, device))
+    base = ForwardContextSeedPrefetcher(N, device, lambda: Forward())
+    assert not reset.enabled and reset.prefetch is None
+    assert not base.enabled and base.prefetch is None
+    with hooks.forward(ForwardInfo(runs_ssu=True)):
+        assert reset.next_seed() is None
+        assert base.next_seed() is None
+
+
+@pytest.mark.parametrize("bad", [0, -1, 2.0, True, "40"])
+def test_num_ssu_calls_must_be_a_positive_int(bad: object) -> None:
+    with pytest.raises(ValueError, match="num_ssu_calls"):
+        SRSeedPrefetcher(bad, "cpu")  # type: ignore[arg-type]
+
+
+def test_unknown_plan_or_drawer_names_are_refused_even_when_disabled() -> None:
+    with pytest.raises(ValueError, match="unknown sync plan"):
+        SRSeedPrefetcher(N, "cpu", sync_plan="fastest")
+    with pytest.raises(ValueError, match="unknown seed drawer"):
+        ForwardContextSeedPrefetcher(N, "cpu", lambda: None, drawer="magic")

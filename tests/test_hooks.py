@@ -1,0 +1,98 @@
+"""The runner-facing contract: ForwardInfo and the ForwardHooks lifecycle (no CUDA)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from runner_hooks import ForwardHooks, ForwardInfo, NestedForwardError
+
+
+class Recorder:
+    """A hook that logs its calls into a shared list."""
+
+    def __init__(self, name: str, log: list[tuple[str, str, ForwardInfo]]) -> None:
+        self.name, self.log = name, log
+
+    def on_forward_begin(self, info: ForwardInfo) -> None:
+        self.log.append(("begin", self.name, info))
+
+    def on_forward_end(self, info: ForwardInfo) -> None:
+        self.log.append(("end", self.name, info))
+
+
+class FailingBegin(Recorder):
+    def on_forward_begin(self, info: ForwardInfo) -> None:
+        super().on_forward_begin(info)
+        raise ValueError("begin failed")
+
+
+def test_forward_info_is_frozen_with_defaults() -> None:
+    info = ForwardInfo(runs_ssu=True)
+    assert (info.runs_ssu, info.micro_batched, info.full_cudagraph) == (True, False, False)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        info.runs_ssu = False  # type: ignore[misc]
+
+
+def test_begin_in_order_end_in_reverse_order() -> None:
+    log: list[tuple[str, str, ForwardInfo]] = []
+    hooks = ForwardHooks()
+    hooks.register(Recorder("a", log))
+    hooks.register(Recorder("b", log))
+    info = ForwardInfo(runs_ssu=True, full_cudagraph=True)
+    with hooks.forward(info):
+        assert hooks.current is info
+        assert log == [("begin", "a", info), ("begin", "b", info)]
+    assert log[2:] == [("end", "b", info), ("end", "a", info)]
+    assert hooks.current is None
+
+
+def test_register_returns_the_hook_and_refuses_non_hooks() -> None:
+    hooks = ForwardHooks()
+    hook = Recorder("a", [])
+    assert hooks.register(hook) is hook
+    with pytest.raises(TypeError, match="not a forward hook"):
+        hooks.register(object())  # type: ignore[arg-type]
+
+
+def test_end_runs_when_the_body_raises_and_the_error_propagates() -> None:
+    log: list[tuple[str, str, ForwardInfo]] = []
+    hooks = ForwardHooks()
+    hooks.register(Recorder("a", log))
+    info = ForwardInfo(runs_ssu=False)
+    with pytest.raises(KeyError), hooks.forward(info):
+        raise KeyError("model failed")
+    assert [entry[0] for entry in log] == ["begin", "end"]
+    assert hooks.current is None
+
+
+def test_a_failing_begin_ends_only_the_hooks_that_began() -> None:
+    log: list[tuple[str, str, ForwardInfo]] = []
+    hooks = ForwardHooks()
+    hooks.register(Recorder("a", log))
+    hooks.register(FailingBegin("b", log))
+    hooks.register(Recorder("c", log))
+    info = ForwardInfo(runs_ssu=True)
+    with pytest.raises(ValueError, match="begin failed"), hooks.forward(info):
+        pytest.fail("the body must not run when a hook's begin fails")
+    assert [(kind, name) for kind, name, _ in log] == [("begin", "a"), ("begin", "b"), ("end", "a")]
+    assert hooks.current is None  # the failed forward is closed
+
+
+def test_nested_forward_is_an_error_and_the_outer_forward_survives() -> None:
+    log: list[tuple[str, str, ForwardInfo]] = []
+    hooks = ForwardHooks()
+    hooks.register(Recorder("a", log))
+    outer = ForwardInfo(runs_ssu=True)
+    with hooks.forward(outer):
+        with pytest.raises(NestedForwardError, match="still open"), hooks.forward(outer):
+            pass
+        assert hooks.current is outer
+    assert [kind for kind, _, _ in log] == ["begin", "end"]
+
+
+def test_forwards_without_hooks_run() -> None:
+    hooks = ForwardHooks()
+    with hooks.forward(ForwardInfo(runs_ssu=True)):
+        assert hooks.current == ForwardInfo(runs_ssu=True)
