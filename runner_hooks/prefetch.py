@@ -67,12 +67,28 @@ class WrongStreamError(RuntimeError):
     """A seed was taken on another stream than the one its forward began on."""
 
 
+@dataclass(frozen=True, eq=False)
+class SeedBuffer:
+    """Storage for one batch of seeds, with the views and events used on the hot path.
+
+    Built once for all eager forwards and once per capture, so that a forward
+    only indexes prebuilt views instead of slicing tensors on the host.
+    """
+
+    whole: torch.Tensor
+    segments: tuple[torch.Tensor, ...]
+    """The drawer's output ranges, one per sync-plan segment."""
+    seeds: tuple[torch.Tensor, ...]
+    """One-element views handed to the SSU, one per seed."""
+    events: tuple[torch.cuda.Event, ...]
+    """One per segment; none when seeds are drawn on the consumers' stream."""
+
+
 @dataclass(eq=False)
 class SeedBatch:
     """The seeds of one forward and how far its consumers have got."""
 
-    seeds: tuple[torch.Tensor, ...]
-    events: tuple[torch.cuda.Event, ...]
+    buffer: SeedBuffer
     stream: torch.cuda.Stream
     under_capture: bool
     consumed: int = 0
@@ -96,36 +112,34 @@ class SeedPrefetch:
         )
         self._side_stream = torch.cuda.Stream(device) if plan.side_stream else None
         self._fork = torch.cuda.Event()
-        self._eager_buffer = torch.empty(num_seeds, dtype=torch.int64, device=device)
-        self._eager_seeds = self._eager_buffer.split(1)
-        self._eager_events = self._new_events()
+        self._eager_buffer = self._new_buffer()
         self._warned_unconsumed = False
 
-    def _new_events(self) -> tuple[torch.cuda.Event, ...]:
-        """One event per segment; none when seeds are drawn on the consumers' stream."""
-        if self._side_stream is None:
-            return ()
-        return tuple(torch.cuda.Event() for _ in self._segments)
+    def _new_buffer(self) -> SeedBuffer:
+        whole = torch.empty(self.num_seeds, dtype=torch.int64, device=self.device)
+        return SeedBuffer(
+            whole,
+            tuple(whole[start:stop] for start, stop in self._segments),
+            whole.split(1),
+            tuple(torch.cuda.Event() for _ in self._segments) if self._side_stream else (),
+        )
 
     def schedule(self) -> SeedBatch:
         """Enqueues the draws of one forward's N seeds; returns their batch."""
         stream = torch.cuda.current_stream(self.device)
         under_capture = _is_capturing()
-        if under_capture:
-            buffer = torch.empty(self.num_seeds, dtype=torch.int64, device=self.device)
-            seeds, events = buffer.split(1), self._new_events()
-        else:
-            buffer, seeds, events = self._eager_buffer, self._eager_seeds, self._eager_events
-        if self._side_stream is None:
-            self.drawer.draw(buffer)
+        buffer = self._new_buffer() if under_capture else self._eager_buffer
+        side_stream = self._side_stream
+        if side_stream is None:
+            self.drawer.draw(buffer.whole)
         else:
             self._fork.record(stream)
-            self._side_stream.wait_event(self._fork)
-            with torch.cuda.stream(self._side_stream):
-                for (start, stop), event in zip(self._segments, events, strict=True):
-                    self.drawer.draw(buffer[start:stop])
-                    event.record(self._side_stream)
-        return SeedBatch(seeds, events, stream, under_capture)
+            side_stream.wait_event(self._fork)
+            with torch.cuda.stream(side_stream):
+                for segment, event in zip(buffer.segments, buffer.events, strict=True):
+                    self.drawer.draw(segment)
+                    event.record(side_stream)
+        return SeedBatch(buffer, stream, under_capture)
 
     def take(self, batch: SeedBatch) -> torch.Tensor | None:
         """The next seed of `batch`, once the current stream may read it.
@@ -137,8 +151,9 @@ class SeedPrefetch:
         k = batch.consumed
         if k >= self.num_seeds or _is_capturing() != batch.under_capture:
             return None
+        events = batch.buffer.events
         event_index = self._event_of_seed[k]
-        if batch.events and event_index >= batch.events_waited:
+        if events and event_index >= batch.events_waited:
             stream = torch.cuda.current_stream(self.device)
             if stream != batch.stream:
                 raise WrongStreamError(
@@ -146,19 +161,19 @@ class SeedPrefetch:
                     f"{batch.stream}; all SSU calls of a forward must run on the stream "
                     "that was current when the forward began"
                 )
-            stream.wait_event(batch.events[event_index])
+            stream.wait_event(events[event_index])
             batch.events_waited = event_index + 1
         batch.consumed = k + 1
-        return batch.seeds[k]
+        return batch.buffer.seeds[k]
 
     def finish(self, batch: SeedBatch) -> None:
         """Closes a forward: joins and reports a batch that was not fully consumed."""
         consumed = batch.consumed
         if consumed == self.num_seeds:
             return
-        unjoined = batch.events_waited < len(batch.events)
-        if unjoined and (not batch.under_capture or _is_capturing()):
-            batch.stream.wait_event(batch.events[-1])
+        events = batch.buffer.events
+        if batch.events_waited < len(events) and (not batch.under_capture or _is_capturing()):
+            batch.stream.wait_event(events[-1])
         if batch.under_capture:
             raise IncompleteSeedBatchError(
                 f"{self.owner}: a forward captured in a CUDA graph consumed {consumed} of the "

@@ -37,9 +37,8 @@ class MambaLayers:
         self.states = self.initial_states.clone()
         self.x = randn(BATCH, HEADS, HEAD_DIM)
         self.dt = randn(BATCH, HEADS)[:, :, None].expand(-1, -1, HEAD_DIM)
-        self.A = -torch.rand(HEADS, generator=inputs, device=device)[:, None, None].expand(
-            -1, HEAD_DIM, STATE
-        )
+        decay = -torch.rand(HEADS, generator=inputs, device=device)
+        self.A = decay[:, None, None].expand(-1, HEAD_DIM, STATE)  # vLLM's tie_hdim strides
         self.B = randn(BATCH, GROUPS, STATE)
         self.C = randn(BATCH, GROUPS, STATE)
         self.D = randn(HEADS)[:, None].expand(-1, HEAD_DIM)

@@ -142,9 +142,11 @@ def test_eager_forwards_and_graphs_of_several_batch_sizes_sharing_a_pool(make_ru
         pool = torch.cuda.graph_pool_handle()
         graphs = {}
         for batch_size in (4, 2, 1):  # vLLM captures the largest first
-            runner.activations = torch.ones(batch_size, 1 << 14, device=runner.device)
+            # Each graph keeps its own static input, as vLLM's padded batches do.
+            activations = torch.ones(batch_size, 1 << 14, device=runner.device)
+            runner.activations = activations
             record = runner.new_record()
-            graphs[batch_size] = (capture(runner, record, False, pool=pool), record)
+            graphs[batch_size] = (capture(runner, record, False, pool=pool), record, activations)
         runner.activations = torch.ones(3, 1 << 14, device=runner.device)
         records = []
         for step in (None, 1, None, 4, 2, 1, "prefill", 2, None, 4):
@@ -154,7 +156,7 @@ def test_eager_forwards_and_graphs_of_several_batch_sizes_sharing_a_pool(make_ru
                 with runner.forward(PREFILL):
                     pass
             else:
-                graph, record = graphs[step]
+                graph, record, _ = graphs[step]
                 records.append(replay(runner, graph, record))
         return records
 
@@ -230,3 +232,30 @@ def test_a_seed_taken_on_another_stream_is_refused(sync_plan: str, drawer: str) 
         pytest.raises(WrongStreamError, match="must run on the stream"),
     ):
         runner.prefetcher.next_seed()  # type: ignore[union-attr]
+
+
+class StreamThatSkipsWaits(torch.cuda.Stream):
+    """A side stream that ignores the fork event: the race the fork prevents."""
+
+    def wait_event(self, event: torch.cuda.Event) -> None:
+        pass
+
+
+def test_the_stress_test_catches_draws_that_skip_the_fork() -> None:
+    """Proves the slow-consumer test can fail: without the fork, draws overrun readers."""
+
+    def make(which: str | None) -> Runner:
+        runner = Runner("reset" if which else None, "single", "randint")
+        if which:
+            runner.prefetcher.prefetch._side_stream = StreamThatSkipsWaits()  # type: ignore[union-attr]
+        return runner
+
+    def script(runner: Runner) -> list[torch.Tensor]:
+        records = [runner.new_record() for _ in range(6)]
+        for record in records:
+            with runner.forward(DECODE):
+                runner.layers(record, sleep_cycles=200_000)
+        return records
+
+    with pytest.raises(AssertionError, match="record"):
+        assert_same_seeds(*run_both(script, make))

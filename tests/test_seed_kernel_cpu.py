@@ -1,0 +1,134 @@
+"""The seed kernel's failure modes, and its input checks, without a GPU.
+
+Each missing piece (device, CUDA build of torch, nvcc, compiler, ninja) and a
+compiler error must surface as `SeedKernelUnavailable` with a message that says
+what to fix, so a runner can fall back to stock draws and tell the user why.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+from torch.utils import cpp_extension
+
+from runner_hooks import seed_kernel
+from runner_hooks.seed_kernel import KernelDrawer, SeedKernelUnavailable
+
+H200 = [(9, 0)]
+
+NAME = "runner_hooks_stock_seeds_0123456789abcdef"
+NVCC = f"/usr/local/cuda/bin/nvcc -DTORCH_EXTENSION_NAME={NAME} -O3 -c stock_seeds.cu"
+NVCC_FAILURE = "\n".join(
+    [  # torch's message: its prefix, then ninja's output
+        f"Error building extension '{NAME}': [1/2] {NVCC}",
+        "FAILED: stock_seeds.cuda.o",
+        NVCC,
+        'stock_seeds.cu(87): error: class "at::CUDAGeneratorImpl" has no member "philox_state"',
+        "      philox = gen->philox_state(4 * n);",
+        "                    ^",
+        '1 error detected in the compilation of "stock_seeds.cu".',
+        "ninja: build stopped: subcommand failed.",
+    ]
+)
+
+
+def test_no_cuda_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(SeedKernelUnavailable, match="no CUDA device is available"):
+        KernelDrawer()
+
+
+def test_cpu_only_torch(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torch.version, "cuda", None)
+    with pytest.raises(SeedKernelUnavailable, match="built without CUDA"):
+        seed_kernel.build_library(H200)
+
+
+@pytest.fixture
+def toolchain(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """A CUDA torch, a CUDA_HOME with nvcc, a C++ compiler and ninja, as the checks see them."""
+    nvcc = tmp_path / "bin" / "nvcc"
+    nvcc.parent.mkdir()
+    nvcc.touch()
+    monkeypatch.setattr(torch.version, "cuda", "13.0")
+    monkeypatch.setattr(cpp_extension, "CUDA_HOME", str(tmp_path))
+    monkeypatch.setattr(shutil, "which", lambda name: f"/usr/bin/{name}")
+    monkeypatch.setattr(cpp_extension, "is_ninja_available", lambda: True)
+    return tmp_path
+
+
+def test_no_cuda_home(toolchain: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cpp_extension, "CUDA_HOME", None)
+    with pytest.raises(SeedKernelUnavailable, match=r"nvcc not found .*set CUDA_HOME"):
+        seed_kernel.build_library(H200)
+
+
+def test_no_nvcc(toolchain: Path) -> None:
+    (toolchain / "bin" / "nvcc").unlink()
+    with pytest.raises(
+        SeedKernelUnavailable, match=re.escape(f"nvcc not found (CUDA_HOME={toolchain})")
+    ):
+        seed_kernel.build_library(H200)
+
+
+def test_no_compiler(toolchain: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CXX", "g++-99")
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    with pytest.raises(SeedKernelUnavailable, match=re.escape("no C++ compiler: 'g++-99'")):
+        seed_kernel.build_library(H200)
+
+
+def test_no_ninja(toolchain: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cpp_extension, "is_ninja_available", lambda: False)
+    with pytest.raises(SeedKernelUnavailable, match="pip install ninja"):
+        seed_kernel.build_library(H200)
+
+
+def test_build_error_shows_the_compiler_errors(
+    toolchain: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def fail(**kwargs: object) -> None:
+        raise RuntimeError(NVCC_FAILURE)
+
+    monkeypatch.setattr(cpp_extension, "load", fail)
+    with pytest.raises(SeedKernelUnavailable) as raised:
+        seed_kernel.build_library(H200)
+    message = str(raised.value)
+    assert message.startswith(f"building stock_seeds.cu (CUDA_HOME={toolchain}) failed:\n")
+    assert 'stock_seeds.cu(87): error: class "at::CUDAGeneratorImpl" has no member' in message
+    assert "1 error detected" in message
+    assert "[1/2]" not in message
+    assert "FAILED" not in message, "build commands should be left out"
+
+
+@pytest.fixture(scope="module")
+def op_without_device() -> Callable[[torch.Tensor], None]:
+    """The op, built for sm_90 where torch is a CUDA build but no device is visible."""
+    if torch.cuda.is_available():
+        pytest.skip("checked against real CUDA tensors in tests/gpu/test_seed_kernel.py")
+    try:
+        seed_kernel.build_library(H200)
+    except SeedKernelUnavailable as error:
+        pytest.skip(f"seed kernel cannot be built here: {error}")
+    return torch.ops.runner_hooks.stock_seeds.default
+
+
+@pytest.mark.parametrize(
+    ("out", "message"),
+    [
+        (torch.empty(4, dtype=torch.float32), r"must be int64, .* got Float"),
+        (torch.empty(2, 2, dtype=torch.int64), r"must be 1-D, .* got shape \[2, 2\]"),
+        (torch.empty(8, dtype=torch.int64)[::2], "must be contiguous"),
+        (torch.empty(4, dtype=torch.int64), r"must be a CUDA tensor; .* got a tensor on cpu"),
+    ],
+)
+def test_input_checks(
+    op_without_device: Callable[[torch.Tensor], None], out: torch.Tensor, message: str
+) -> None:
+    with pytest.raises(RuntimeError, match=message):
+        op_without_device(out)
