@@ -26,7 +26,7 @@ from .hooks import ForwardInfo
 from .prefetch import SeedBatch, SeedPrefetch
 from .sync import SyncPlan, resolve_sync_plan
 
-DEFAULT_SYNC_PLANS: dict[str, str] = {"kernel": "single", "randint": "geometric"}
+DEFAULT_SYNC_PLANS: dict[str, str] = {"kernel": "current_stream", "randint": "geometric"}
 """The sync plan each drawer is fastest with when none is given (bench/results);
 a drawer not listed here gets FALLBACK_SYNC_PLAN."""
 FALLBACK_SYNC_PLAN = "geometric"
@@ -107,7 +107,7 @@ class SRSeedPrefetcher:
                 return None
             self._draw_at_first_seed = False
             batch = self._batch = self._prefetch.schedule()  # type: ignore[union-attr]
-        return self._prefetch.take(batch)  # type: ignore[union-attr]
+        return batch.take()
 
     def on_forward_end(self, info: ForwardInfo) -> None:
         batch, self._batch, self._draw_at_first_seed = self._batch, None, False
@@ -162,7 +162,7 @@ class ForwardContextSeedPrefetcher:
             self._begin(forward)
         if self._batch is None:
             return None
-        return self._prefetch.take(self._batch)
+        return self._batch.take()
 
     def _begin(self, forward: object) -> None:
         previous, self._batch = self._batch, None

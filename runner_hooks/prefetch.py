@@ -17,7 +17,9 @@ CUDA-graph capture the same records and waits become graph edges.
   makes the forward's stream wait on the event of the segment holding seed k
   before it enqueues the SSU kernel that reads the seed.  Events of one batch
   are recorded in order on one stream, so waiting on a later one covers every
-  earlier one, and each is waited on at most once.
+  earlier one, and each is waited on at most once.  A plan without a side
+  stream draws on the forward's stream itself as the forward begins, so plain
+  stream order puts every draw before every consumer, with no event at all.
 
 * Seed buffers and their readers.  Eager forwards reuse one buffer owned by
   the prefetcher.  The next eager forward's draws write it only after that
@@ -39,9 +41,10 @@ CUDA-graph capture the same records and waits become graph edges.
 
 * Capture.  Every event of a captured batch is waited on by the time all N
   seeds are consumed, so the side stream is joined before the capture ends.
-  A captured forward that consumed fewer is an error, raised by `finish`
-  after it joins the side stream, so the capture ends cleanly and the error
-  is ours rather than CUDA's "unjoined" one.
+  A captured forward that consumed fewer is an error, raised by `finish`;
+  when the forward ends inside the capture, `finish` first joins the side
+  stream, so the capture ends cleanly and the error is ours rather than
+  CUDA's "unjoined" one.
 """
 
 from __future__ import annotations
@@ -56,7 +59,13 @@ from .sync import SyncPlan
 
 logger = logging.getLogger(__name__)
 
-_is_capturing = torch.cuda.is_current_stream_capturing
+_is_capturing = torch._C._cuda_isCurrentStreamCapturing
+"""torch.cuda.is_current_stream_capturing without its Python frame: checked on every SSU call."""
+_current_stream_handle = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+"""The current stream's cudaStream_t without building a Stream object (~0.1 us
+against ~3 us for torch.cuda.current_stream on an H200 host), for the check on
+every SSU call.  Private, but the call Inductor's generated code makes; absent
+from CPU-only builds of torch, which never make a SeedBatch."""
 
 
 class IncompleteSeedBatchError(RuntimeError):
@@ -81,22 +90,82 @@ class SeedBuffer:
     seeds: tuple[torch.Tensor, ...]
     """One-element views handed to the SSU, one per seed."""
     events: tuple[torch.cuda.Event, ...]
-    """One per segment; none when seeds are drawn on the consumers' stream."""
+    """One per segment, recorded after it; none when seeds are drawn on the consumers' stream."""
+    wait_before: tuple[torch.cuda.Event | None, ...]
+    """Per seed, the event its consumer waits on: its segment's event for the
+    first seed of a segment, else None (seeds are taken in order, so that
+    wait already covers the rest of the segment)."""
+    last_segment_start: int
+    """Once the seed at this index is taken, every event has been waited on."""
 
 
-@dataclass(eq=False)
 class SeedBatch:
-    """The seeds of one forward and how far its consumers have got."""
+    """The seeds of one forward, handed out in order by `take`."""
 
-    buffer: SeedBuffer
-    stream: torch.cuda.Stream
-    under_capture: bool
-    consumed: int = 0
-    events_waited: int = 0
+    __slots__ = (
+        "_buffer",
+        "_device_index",
+        "_owner",
+        "_stream_handle",
+        "consumed",
+        "stream",
+        "under_capture",
+    )
+
+    def __init__(
+        self,
+        owner: str,
+        buffer: SeedBuffer,
+        device_index: int,
+        stream: torch.cuda.Stream | None,
+        under_capture: bool,
+    ) -> None:
+        self._owner = owner
+        self._buffer = buffer
+        self._device_index = device_index
+        self._stream_handle = _current_stream_handle(device_index)  # type: ignore[misc]
+        self.stream = stream  # the forward's stream, where events need it (side-stream plans)
+        self.under_capture = under_capture
+        self.consumed = 0
+
+    def take(self) -> torch.Tensor | None:
+        """The next seed, once the current stream may read it (the hot path).
+
+        None, so the caller draws inline as stock, beyond the batch's size and
+        when the capture state differs from the batch's: a graph must not read
+        seeds drawn outside it, nor an eager call seeds that only a graph writes.
+        Raises WrongStreamError on another stream than the forward's: the
+        ordering argument above holds for the forward's own stream only.
+        """
+        k = self.consumed
+        buffer = self._buffer
+        if k >= len(buffer.seeds) or _is_capturing() != self.under_capture:
+            return None
+        if _current_stream_handle(self._device_index) != self._stream_handle:  # type: ignore[misc]
+            raise WrongStreamError(
+                f"{self._owner}: seed {k} taken on {torch.cuda.current_stream()}, but its "
+                f"forward began on the stream with handle {self._stream_handle:#x}; all SSU "
+                "calls of a forward must run on the stream that was current when it began"
+            )
+        event = buffer.wait_before[k]
+        if event is not None:
+            self.stream.wait_event(event)  # type: ignore[union-attr]
+        self.consumed = k + 1
+        return buffer.seeds[k]
+
+    @property
+    def complete(self) -> bool:
+        return self.consumed == len(self._buffer.seeds)
+
+    def join(self) -> None:
+        """Makes the forward's stream wait for all of the batch's draws, if no consumer did."""
+        buffer = self._buffer
+        if buffer.events and self.consumed <= buffer.last_segment_start:
+            self.stream.wait_event(buffer.events[-1])  # type: ignore[union-attr]
 
 
 class SeedPrefetch:
-    """Schedules, hands out and closes per-forward seed batches for one device."""
+    """Schedules and closes per-forward seed batches for one device."""
 
     def __init__(
         self, owner: str, num_seeds: int, device: torch.device, drawer: SeedDrawer, plan: SyncPlan
@@ -104,12 +173,10 @@ class SeedPrefetch:
         self.owner = owner
         self.num_seeds = num_seeds
         self.device = device
+        self._device_index = device.index
         self.drawer = drawer
         self.plan = plan
         self._segments = plan.segments(num_seeds)
-        self._event_of_seed = tuple(
-            index for index, (start, stop) in enumerate(self._segments) for _ in range(start, stop)
-        )
         self._side_stream = torch.cuda.Stream(device) if plan.side_stream else None
         self._fork = torch.cuda.Event()
         self._eager_buffer = self._new_buffer()
@@ -117,67 +184,51 @@ class SeedPrefetch:
 
     def _new_buffer(self) -> SeedBuffer:
         whole = torch.empty(self.num_seeds, dtype=torch.int64, device=self.device)
+        events = tuple(torch.cuda.Event() for _ in self._segments) if self._side_stream else ()
+        first_of_segment = {start: index for index, (start, _) in enumerate(self._segments)}
         return SeedBuffer(
             whole,
-            tuple(whole[start:stop] for start, stop in self._segments),
-            whole.split(1),
-            tuple(torch.cuda.Event() for _ in self._segments) if self._side_stream else (),
+            segments=tuple(whole[start:stop] for start, stop in self._segments),
+            seeds=whole.split(1),
+            events=events,
+            wait_before=tuple(
+                events[first_of_segment[k]] if events and k in first_of_segment else None
+                for k in range(self.num_seeds)
+            ),
+            last_segment_start=self._segments[-1][0],
         )
 
     def schedule(self) -> SeedBatch:
-        """Enqueues the draws of one forward's N seeds; returns their batch."""
-        stream = torch.cuda.current_stream(self.device)
+        """Enqueues the draws of one forward's N seeds; returns their batch.
+
+        Without a side stream the draws go on the current stream ahead of every
+        consumer, and no Stream object is built: only events need one.
+        """
         under_capture = _is_capturing()
         buffer = self._new_buffer() if under_capture else self._eager_buffer
         side_stream = self._side_stream
         if side_stream is None:
             self.drawer.draw(buffer.whole)
-        else:
-            self._fork.record(stream)
-            side_stream.wait_event(self._fork)
-            with torch.cuda.stream(side_stream):
-                for segment, event in zip(buffer.segments, buffer.events, strict=True):
-                    self.drawer.draw(segment)
-                    event.record(side_stream)
-        return SeedBatch(buffer, stream, under_capture)
-
-    def take(self, batch: SeedBatch) -> torch.Tensor | None:
-        """The next seed of `batch`, once the current stream may read it.
-
-        None, so the caller draws inline as stock, beyond N and when the
-        capture state differs from the batch's: a graph must not read seeds
-        drawn outside it, nor an eager call seeds that only a graph writes.
-        """
-        k = batch.consumed
-        if k >= self.num_seeds or _is_capturing() != batch.under_capture:
-            return None
-        events = batch.buffer.events
-        event_index = self._event_of_seed[k]
-        if events and event_index >= batch.events_waited:
-            stream = torch.cuda.current_stream(self.device)
-            if stream != batch.stream:
-                raise WrongStreamError(
-                    f"{self.owner}: seed {k} taken on {stream}, but its forward began on "
-                    f"{batch.stream}; all SSU calls of a forward must run on the stream "
-                    "that was current when the forward began"
-                )
-            stream.wait_event(events[event_index])
-            batch.events_waited = event_index + 1
-        batch.consumed = k + 1
-        return batch.buffer.seeds[k]
+            return SeedBatch(self.owner, buffer, self._device_index, None, under_capture)
+        stream = torch.cuda.current_stream(self._device_index)
+        self._fork.record(stream)
+        side_stream.wait_event(self._fork)
+        with torch.cuda.stream(side_stream):
+            for segment, event in zip(buffer.segments, buffer.events, strict=True):
+                self.drawer.draw(segment)
+                event.record(side_stream)
+        return SeedBatch(self.owner, buffer, self._device_index, stream, under_capture)
 
     def finish(self, batch: SeedBatch) -> None:
         """Closes a forward: joins and reports a batch that was not fully consumed."""
-        consumed = batch.consumed
-        if consumed == self.num_seeds:
+        if batch.complete:
             return
-        events = batch.buffer.events
-        if batch.events_waited < len(events) and (not batch.under_capture or _is_capturing()):
-            batch.stream.wait_event(events[-1])
+        if not batch.under_capture or _is_capturing():
+            batch.join()
         if batch.under_capture:
             raise IncompleteSeedBatchError(
-                f"{self.owner}: a forward captured in a CUDA graph consumed {consumed} of the "
-                f"{self.num_seeds} seeds it prefetched; the graph would leave the generator "
+                f"{self.owner}: a forward captured in a CUDA graph consumed {batch.consumed} of "
+                f"the {self.num_seeds} seeds it prefetched; the graph would leave the generator "
                 "past stock. Every forward that runs the SSU must call it once per Mamba-2 "
                 f"layer ({self.num_seeds}), or tell the prefetcher runs_ssu=False."
             )
@@ -188,6 +239,6 @@ class SeedPrefetch:
                 "is now past where stock would leave it, so later seeds differ from stock. "
                 "(warned once)",
                 self.owner,
-                consumed,
+                batch.consumed,
                 self.num_seeds,
             )

@@ -27,15 +27,22 @@ N = 4
 
 @dataclass(eq=False)
 class FakeBatch:
+    """Stands in for SeedBatch: seeds are (batch number, index) tuples."""
+
     number: int
     consumed: int = 0
 
+    def take(self) -> tuple[int, int] | None:
+        if self.consumed >= N:
+            return None
+        self.consumed += 1
+        return (self.number, self.consumed - 1)
+
 
 class FakePrefetch:
-    """Stands in for SeedPrefetch: seeds are (batch number, index) tuples."""
+    """Stands in for SeedPrefetch, recording what the design asks of it."""
 
     def __init__(self) -> None:
-        self.num_seeds = N
         self.scheduled: list[FakeBatch] = []
         self.finished: list[tuple[int, int]] = []
 
@@ -43,12 +50,6 @@ class FakePrefetch:
         batch = FakeBatch(len(self.scheduled))
         self.scheduled.append(batch)
         return batch
-
-    def take(self, batch: FakeBatch) -> tuple[int, int] | None:
-        if batch.consumed >= self.num_seeds:
-            return None
-        batch.consumed += 1
-        return (batch.number, batch.consumed - 1)
 
     def finish(self, batch: FakeBatch) -> None:
         self.finished.append((batch.number, batch.consumed))

@@ -127,7 +127,7 @@ def test_prefetched_seeds_give_stock_states(
 ) -> None:
     results = []
     for which in (None, design[0]):
-        runner = Runner(which, design[1], drawer)
+        runner = Runner(which, design[1], drawer, num_layers=LAYERS)
         layers.reset()
         torch.cuda.synchronize()
         torch.cuda.manual_seed(99)

@@ -223,8 +223,6 @@ def test_reset_seeds_drawn_eagerly_are_not_handed_to_a_capture(
 
 
 def test_a_seed_taken_on_another_stream_is_refused(sync_plan: str, drawer: str) -> None:
-    if not SYNC_PLANS[sync_plan].side_stream:
-        pytest.skip("no events to wait on: nothing checks the consumer stream")
     runner = Runner("reset", sync_plan, drawer)
     with (
         runner.forward(DECODE),
