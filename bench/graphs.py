@@ -1,0 +1,32 @@
+"""Capturing a decode step as a FULL CUDA graph, as vLLM's FULL cudagraph mode does."""
+
+from __future__ import annotations
+
+import torch
+
+from .model import DecodeModel
+from .variants import SeedSource, run_step
+
+WARMUP_STEPS = 2
+"""Eager steps before a capture: FlashInfer's JIT module, cuBLAS handles, the
+allocator's blocks and a drawer's build must all exist before capture starts,
+since none of them may be created while a stream is capturing."""
+
+
+def capture_step(
+    model: DecodeModel, source: SeedSource, record: torch.Tensor | None = None
+) -> torch.cuda.CUDAGraph:
+    """One step of `model` with `source`'s seed path, captured after a few eager warm-up steps.
+
+    The forward scope is told `captured=True`, as vLLM's runner tells its
+    hooks for a FULL graph; the graph has its own memory pool, so the seed
+    buffers a prefetcher allocates during capture belong to this graph alone.
+    """
+    for _ in range(WARMUP_STEPS):
+        run_step(model, source, captured=False, record=record)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        run_step(model, source, captured=True, record=record)
+    torch.cuda.synchronize()
+    return graph

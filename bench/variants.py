@@ -1,0 +1,191 @@
+"""Where each layer's rand_seed comes from: the variants the bench compares.
+
+* stock: `torch.randint(0, 2**32, (1,))` inline before each SSU, as vLLM
+  0.33.0's FlashInferSSUBackend does.
+* baseline: the seed document's design, `ForwardContextSeedPrefetcher`, with
+  its defaults (one event per seed, randint drawer); a forward is told apart
+  by the identity of a fresh object per step, standing in for vLLM's
+  ForwardContext.
+* explicit-<plan>-<drawer>: ours, `SRSeedPrefetcher` behind `ForwardHooks`,
+  for every sync plan in `runner_hooks.sync.SYNC_PLANS` and every drawer in
+  `runner_hooks.drawers.DRAWERS` found at run time, so new ones join the
+  bench without edits here.
+* floor: one fixed seed tensor, nothing drawn; the no-RNG-cost reference
+  (its seeds are fixed by design, so it is exempt from the seed check).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+
+from runner_hooks import (
+    ForwardContextSeedPrefetcher,
+    ForwardHooks,
+    ForwardInfo,
+    SRSeedPrefetcher,
+)
+from runner_hooks.drawers import DRAWERS
+from runner_hooks.sync import SYNC_PLANS
+
+from .model import DecodeModel
+from .summary import FLOOR, STOCK
+
+SEED_HIGH = 2**32
+"""Stock's exclusive bound: vLLM draws `torch.randint(0, 2**32, (1,))`."""
+
+
+class SeedSource(Protocol):
+    """One variant's seed path: how a forward is delimited, and where each seed comes from."""
+
+    def forward_scope(self, captured: bool) -> AbstractContextManager[object]:
+        """Wraps one forward; `captured` when it is being captured into a FULL CUDA graph."""
+        ...
+
+    def seed(self) -> torch.Tensor:
+        """The rand_seed for the next SSU call of the current forward."""
+        ...
+
+
+class StockSource:
+    """vLLM 0.33.0's FlashInferSSUBackend: a fresh randint before every SSU call."""
+
+    def __init__(self, device: torch.device) -> None:
+        self._device = device
+
+    def forward_scope(self, captured: bool) -> AbstractContextManager[object]:
+        return nullcontext()
+
+    def seed(self) -> torch.Tensor:
+        return torch.randint(0, SEED_HIGH, (1,), device=self._device)
+
+
+class FloorSource:
+    """One seed tensor for every call: the step without any RNG cost."""
+
+    def __init__(self, device: torch.device) -> None:
+        self._seed = torch.randint(0, SEED_HIGH, (1,), device=device)
+
+    def forward_scope(self, captured: bool) -> AbstractContextManager[object]:
+        return nullcontext()
+
+    def seed(self) -> torch.Tensor:
+        return self._seed
+
+
+def _prefetched_or_stock(
+    next_seed: Callable[[], torch.Tensor | None], device: torch.device
+) -> torch.Tensor:
+    """The call-site pattern of the vLLM patch: the prefetched seed, or stock's inline draw."""
+    seed = next_seed()
+    if seed is None:
+        seed = torch.randint(0, SEED_HIGH, (1,), device=device)
+    return seed
+
+
+class _Forward:
+    """Stands in for vLLM's ForwardContext: a fresh object per forward (and per capture)."""
+
+
+class ContextIdentitySource:
+    """The seed document's design: forwards told apart by the current forward object's identity."""
+
+    def __init__(self, num_layers: int, device: torch.device) -> None:
+        self._device = device
+        self._current: _Forward | None = None
+        self._prefetcher = ForwardContextSeedPrefetcher(
+            num_ssu_calls=num_layers, device=device, current_forward=lambda: self._current
+        )
+
+    @contextmanager
+    def _scope(self) -> Iterator[None]:
+        # As vLLM's set_forward_context: a new context for the forward, None after it.
+        self._current = _Forward()
+        try:
+            yield
+        finally:
+            self._current = None
+
+    def forward_scope(self, captured: bool) -> AbstractContextManager[object]:
+        return self._scope()
+
+    def seed(self) -> torch.Tensor:
+        return _prefetched_or_stock(self._prefetcher.next_seed, self._device)
+
+
+class ExplicitResetSource:
+    """Ours: the runner's ForwardHooks tell the prefetcher where each forward begins and ends."""
+
+    def __init__(self, num_layers: int, device: torch.device, sync_plan: str, drawer: str) -> None:
+        self._device = device
+        self._hooks = ForwardHooks()
+        self._prefetcher = self._hooks.register(
+            SRSeedPrefetcher(
+                num_ssu_calls=num_layers, device=device, sync_plan=sync_plan, drawer=drawer
+            )
+        )
+
+    def forward_scope(self, captured: bool) -> AbstractContextManager[object]:
+        return self._hooks.forward(ForwardInfo(runs_ssu=True, full_cudagraph=captured))
+
+    def seed(self) -> torch.Tensor:
+        return _prefetched_or_stock(self._prefetcher.next_seed, self._device)
+
+
+@dataclass(frozen=True)
+class VariantSpec:
+    """A variant by name, and how to build its seed source for N layers on a device."""
+
+    name: str
+    build: Callable[[int, torch.device], SeedSource]
+    seed_checked: bool = True
+    """False for the floor alone: its seeds are fixed by design."""
+
+
+def variant_specs() -> list[VariantSpec]:
+    """Every variant, in the order the tables list them: stock, baseline, ours..., floor."""
+    specs = [
+        VariantSpec(STOCK, lambda layers, device: StockSource(device)),
+        VariantSpec("baseline", ContextIdentitySource),
+    ]
+    for plan in SYNC_PLANS:
+        for drawer in DRAWERS:
+            build = functools.partial(_explicit, sync_plan=plan, drawer=drawer)
+            specs.append(VariantSpec(f"explicit-{plan}-{drawer}", build))
+    specs.append(VariantSpec(FLOOR, lambda layers, device: FloorSource(device), seed_checked=False))
+    return specs
+
+
+def _explicit(
+    num_layers: int, device: torch.device, *, sync_plan: str, drawer: str
+) -> ExplicitResetSource:
+    return ExplicitResetSource(num_layers, device, sync_plan, drawer)
+
+
+def unavailable_errors() -> tuple[type[BaseException], ...]:
+    """Exceptions that mean "this drawer cannot be built on this machine", not a bug.
+
+    The one-kernel drawer raises SeedKernelUnavailable where it cannot compile
+    or load; an ImportError covers a drawer module that is not there.
+    """
+    try:
+        from runner_hooks.seed_kernel import SeedKernelUnavailable
+    except ImportError:
+        return (ImportError,)
+    return (ImportError, SeedKernelUnavailable)
+
+
+def run_step(
+    model: DecodeModel,
+    source: SeedSource,
+    captured: bool = False,
+    record: torch.Tensor | None = None,
+) -> None:
+    """One decode step of `model` with `source`'s seed path, as the model runner would run it."""
+    with source.forward_scope(captured):
+        model.forward(source.seed, record)
