@@ -55,7 +55,29 @@ def _seed_prefetch(
     return SeedPrefetch(type(owner).__name__, num_ssu_calls, device, built_drawer, plan)
 
 
-class SRSeedPrefetcher:
+class _Prefetcher:
+    """What both designs are made of: the shared machinery, or None when disabled."""
+
+    def __init__(
+        self,
+        num_ssu_calls: int,
+        device: torch.device | str,
+        sync_plan: str | SyncPlan | None,
+        drawer: str | SeedDrawer,
+    ) -> None:
+        self._prefetch = _seed_prefetch(self, num_ssu_calls, device, sync_plan, drawer)
+
+    @property
+    def enabled(self) -> bool:
+        return self._prefetch is not None
+
+    @property
+    def prefetch(self) -> SeedPrefetch | None:
+        """The shared machinery (drawer, sync plan, device), or None when disabled."""
+        return self._prefetch
+
+
+class SRSeedPrefetcher(_Prefetcher):
     """Explicit-reset design: a forward hook that prefetches each forward's seeds.
 
     As a forward that runs the SSU begins, its N seeds are scheduled on the
@@ -78,18 +100,9 @@ class SRSeedPrefetcher:
         sync_plan: str | SyncPlan | None = None,
         drawer: str | SeedDrawer = "auto",
     ) -> None:
-        self._prefetch = _seed_prefetch(self, num_ssu_calls, device, sync_plan, drawer)
+        super().__init__(num_ssu_calls, device, sync_plan, drawer)
         self._batch: SeedBatch | None = None
         self._draw_at_first_seed = False
-
-    @property
-    def enabled(self) -> bool:
-        return self._prefetch is not None
-
-    @property
-    def prefetch(self) -> SeedPrefetch | None:
-        """The shared machinery (drawer, sync plan, device), or None when disabled."""
-        return self._prefetch
 
     def on_forward_begin(self, info: ForwardInfo) -> None:
         self._batch, self._draw_at_first_seed = None, False
@@ -115,7 +128,7 @@ class SRSeedPrefetcher:
             self._prefetch.finish(batch)  # type: ignore[union-attr]
 
 
-class ForwardContextSeedPrefetcher:
+class ForwardContextSeedPrefetcher(_Prefetcher):
     """Baseline design (the seed document's): forwards told apart by context identity.
 
     The first `next_seed()` under a forward object not seen before (from
@@ -137,20 +150,11 @@ class ForwardContextSeedPrefetcher:
         sync_plan: str | SyncPlan = "per_seed",
         drawer: str | SeedDrawer = "randint",
     ) -> None:
-        self._prefetch = _seed_prefetch(self, num_ssu_calls, device, sync_plan, drawer)
+        super().__init__(num_ssu_calls, device, sync_plan, drawer)
         self._current_forward = current_forward
         self._is_micro_batched = is_micro_batched
         self._forward: weakref.ref[object] | None = None
         self._batch: SeedBatch | None = None
-
-    @property
-    def enabled(self) -> bool:
-        return self._prefetch is not None
-
-    @property
-    def prefetch(self) -> SeedPrefetch | None:
-        """The shared machinery (drawer, sync plan, device), or None when disabled."""
-        return self._prefetch
 
     def next_seed(self) -> torch.Tensor | None:
         if self._prefetch is None:

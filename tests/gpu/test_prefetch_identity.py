@@ -163,17 +163,19 @@ def test_eager_forwards_and_graphs_of_several_batch_sizes_sharing_a_pool(make_ru
     assert_same_seeds(*run_both(script, make_runner))
 
 
+def slow_consumers(runner: Runner) -> list[torch.Tensor]:
+    """Forwards whose consumers lag far behind the host, which schedules the next draws."""
+    records = [runner.new_record() for _ in range(6)]
+    for record in records:
+        with runner.forward(DECODE):
+            runner.layers(record, sleep_cycles=200_000)
+    return records
+
+
 def test_slow_consumers_read_their_own_seeds_while_later_draws_are_scheduled(
     make_runner,
 ) -> None:
-    def script(runner: Runner) -> list[torch.Tensor]:
-        records = [runner.new_record() for _ in range(6)]
-        for record in records:
-            with runner.forward(DECODE):
-                runner.layers(record, sleep_cycles=200_000)
-        return records
-
-    assert_same_seeds(*run_both(script, make_runner))
+    assert_same_seeds(*run_both(slow_consumers, make_runner))
 
 
 @pytest.mark.parametrize("consumed", [0, 1, NUM_LAYERS - 1])
@@ -248,12 +250,5 @@ def test_the_stress_test_catches_draws_that_skip_the_fork() -> None:
             runner.prefetcher.prefetch._side_stream = StreamThatSkipsWaits()  # type: ignore[union-attr]
         return runner
 
-    def script(runner: Runner) -> list[torch.Tensor]:
-        records = [runner.new_record() for _ in range(6)]
-        for record in records:
-            with runner.forward(DECODE):
-                runner.layers(record, sleep_cycles=200_000)
-        return records
-
     with pytest.raises(AssertionError, match="record"):
-        assert_same_seeds(*run_both(script, make))
+        assert_same_seeds(*run_both(slow_consumers, make))
