@@ -1,4 +1,4 @@
-"""Per-forward hooks for model runners, and Mamba stochastic-rounding seed prefetchers."""
+"""Per-forward hooks for model runners; Mamba stochastic-rounding seed prefetchers."""
 
 from .designs import ForwardContextSeedPrefetcher, SRSeedPrefetcher
 from .drawers import DRAWERS, RandintDrawer, SeedDrawer, resolve_drawer

@@ -26,7 +26,10 @@ from .hooks import ForwardInfo
 from .prefetch import SeedBatch, SeedPrefetch
 from .sync import SyncPlan, resolve_sync_plan
 
-DEFAULT_SYNC_PLANS: dict[str, str] = {"kernel": "current_stream", "randint": "geometric"}
+DEFAULT_SYNC_PLANS: dict[str, str] = {
+    "kernel": "current_stream",
+    "randint": "geometric",
+}
 """The sync plan each drawer is fastest with when none is given (bench/results);
 a drawer not listed here gets FALLBACK_SYNC_PLAN."""
 FALLBACK_SYNC_PLAN = "geometric"
@@ -40,7 +43,11 @@ def _seed_prefetch(
     drawer: str | SeedDrawer,
 ) -> SeedPrefetch | None:
     """The shared machinery, or None where seeds cannot be prefetched (no CUDA)."""
-    if isinstance(num_ssu_calls, bool) or not isinstance(num_ssu_calls, int) or num_ssu_calls < 1:
+    if (
+        isinstance(num_ssu_calls, bool)
+        or not isinstance(num_ssu_calls, int)
+        or num_ssu_calls < 1
+    ):
         raise ValueError(f"num_ssu_calls must be a positive int, got {num_ssu_calls!r}")
     make_drawer = drawer_factory(drawer)
     plan = None if sync_plan is None else resolve_sync_plan(sync_plan)
@@ -51,7 +58,9 @@ def _seed_prefetch(
         device = torch.device("cuda", torch.cuda.current_device())
     built_drawer = make_drawer()
     if plan is None:
-        plan = resolve_sync_plan(DEFAULT_SYNC_PLANS.get(built_drawer.name, FALLBACK_SYNC_PLAN))
+        plan = resolve_sync_plan(
+            DEFAULT_SYNC_PLANS.get(built_drawer.name, FALLBACK_SYNC_PLAN)
+        )
     return SeedPrefetch(type(owner).__name__, num_ssu_calls, device, built_drawer, plan)
 
 

@@ -60,7 +60,8 @@ from .sync import SyncPlan
 logger = logging.getLogger(__name__)
 
 _is_capturing = torch._C._cuda_isCurrentStreamCapturing
-"""torch.cuda.is_current_stream_capturing without its Python frame: checked on every SSU call."""
+"""torch.cuda.is_current_stream_capturing without its Python frame: checked on
+every SSU call."""
 _current_stream_handle = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 """The current stream's cudaStream_t without building a Stream object (~0.1 us
 against ~3 us for torch.cuda.current_stream on an H200 host), for the check on
@@ -90,7 +91,8 @@ class SeedBuffer:
     seeds: tuple[torch.Tensor, ...]
     """One-element views handed to the SSU, one per seed."""
     events: tuple[torch.cuda.Event, ...]
-    """One per segment, recorded after it; none when seeds are drawn on the consumers' stream."""
+    """One per segment, recorded after it; none when seeds are drawn on the
+    consumers' stream."""
     wait_before: tuple[torch.cuda.Event | None, ...]
     """Per seed, the event its consumer waits on: its segment's event for the
     first seed of a segment, else None (seeds are taken in order, so that
@@ -124,7 +126,9 @@ class SeedBatch:
         self._buffer = buffer
         self._device_index = device_index
         self._stream_handle = _current_stream_handle(device_index)  # type: ignore[misc]
-        self.stream = stream  # the forward's stream, where events need it (side-stream plans)
+        self.stream = (
+            stream  # the forward's stream, where events need it (side-stream plans)
+        )
         self.under_capture = under_capture
         self.consumed = 0
 
@@ -143,9 +147,10 @@ class SeedBatch:
             return None
         if _current_stream_handle(self._device_index) != self._stream_handle:  # type: ignore[misc]
             raise WrongStreamError(
-                f"{self._owner}: seed {k} taken on {torch.cuda.current_stream()}, but its "
-                f"forward began on the stream with handle {self._stream_handle:#x}; all SSU "
-                "calls of a forward must run on the stream that was current when it began"
+                f"{self._owner}: seed {k} taken on {torch.cuda.current_stream()}, "
+                "but its forward began on the stream with handle "
+                f"{self._stream_handle:#x}; all SSU calls of a forward must run on "
+                "the stream that was current when it began"
             )
         event = buffer.wait_before[k]
         if event is not None:
@@ -158,7 +163,7 @@ class SeedBatch:
         return self.consumed == len(self._buffer.seeds)
 
     def join(self) -> None:
-        """Makes the forward's stream wait for all of the batch's draws, if no consumer did."""
+        """Makes the forward's stream wait for every draw, if no consumer did."""
         buffer = self._buffer
         if buffer.events and self.consumed <= buffer.last_segment_start:
             self.stream.wait_event(buffer.events[-1])  # type: ignore[union-attr]
@@ -168,7 +173,12 @@ class SeedPrefetch:
     """Schedules and closes per-forward seed batches for one device."""
 
     def __init__(
-        self, owner: str, num_seeds: int, device: torch.device, drawer: SeedDrawer, plan: SyncPlan
+        self,
+        owner: str,
+        num_seeds: int,
+        device: torch.device,
+        drawer: SeedDrawer,
+        plan: SyncPlan,
     ) -> None:
         self.owner = owner
         self.num_seeds = num_seeds
@@ -184,15 +194,23 @@ class SeedPrefetch:
 
     def _new_buffer(self) -> SeedBuffer:
         whole = torch.empty(self.num_seeds, dtype=torch.int64, device=self.device)
-        events = tuple(torch.cuda.Event() for _ in self._segments) if self._side_stream else ()
-        first_of_segment = {start: index for index, (start, _) in enumerate(self._segments)}
+        events = (
+            tuple(torch.cuda.Event() for _ in self._segments)
+            if self._side_stream
+            else ()
+        )
+        first_of_segment = {
+            start: index for index, (start, _) in enumerate(self._segments)
+        }
         return SeedBuffer(
             whole,
             segments=tuple(whole[start:stop] for start, stop in self._segments),
             seeds=whole.split(1),
             events=events,
             wait_before=tuple(
-                events[first_of_segment[k]] if events and k in first_of_segment else None
+                events[first_of_segment[k]]
+                if events and k in first_of_segment
+                else None
                 for k in range(self.num_seeds)
             ),
             last_segment_start=self._segments[-1][0],
@@ -209,7 +227,9 @@ class SeedPrefetch:
         side_stream = self._side_stream
         if side_stream is None:
             self.drawer.draw(buffer.whole)
-            return SeedBatch(self.owner, buffer, self._device_index, None, under_capture)
+            return SeedBatch(
+                self.owner, buffer, self._device_index, None, under_capture
+            )
         stream = torch.cuda.current_stream(self._device_index)
         self._fork.record(stream)
         side_stream.wait_event(self._fork)
@@ -227,17 +247,18 @@ class SeedPrefetch:
             batch.join()
         if batch.under_capture:
             raise IncompleteSeedBatchError(
-                f"{self.owner}: a forward captured in a CUDA graph consumed {batch.consumed} of "
-                f"the {self.num_seeds} seeds it prefetched; the graph would leave the generator "
-                "past stock. Every forward that runs the SSU must call it once per Mamba-2 "
-                f"layer ({self.num_seeds}), or tell the prefetcher runs_ssu=False."
+                f"{self.owner}: a forward captured in a CUDA graph consumed "
+                f"{batch.consumed} of the {self.num_seeds} seeds it prefetched; the "
+                "graph would leave the generator past stock. Every forward that runs "
+                f"the SSU must call it once per Mamba-2 layer ({self.num_seeds}), or "
+                "tell the prefetcher runs_ssu=False."
             )
         if not self._warned_unconsumed:
             self._warned_unconsumed = True
             logger.warning(
-                "%s: a forward consumed %d of the %d seeds it prefetched; the CUDA generator "
-                "is now past where stock would leave it, so later seeds differ from stock. "
-                "(warned once)",
+                "%s: a forward consumed %d of the %d seeds it prefetched; the CUDA "
+                "generator is now past where stock would leave it, so later seeds "
+                "differ from stock. (warned once)",
                 self.owner,
                 batch.consumed,
                 self.num_seeds,

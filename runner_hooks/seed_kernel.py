@@ -50,13 +50,14 @@ def build_library(capabilities: Sequence[tuple[int, int]]) -> Path:
     """
     if torch.version.cuda is None:
         raise SeedKernelUnavailable(
-            f"torch {torch.__version__} was built without CUDA; install a CUDA build of torch"
+            f"torch {torch.__version__} was built without CUDA; "
+            "install a CUDA build of torch"
         )
     cuda_home = cpp_extension.CUDA_HOME
     if cuda_home is None or not Path(cuda_home, "bin", "nvcc").exists():
         raise SeedKernelUnavailable(
-            f"nvcc not found (CUDA_HOME={cuda_home}); install the CUDA toolkit matching torch's "
-            f"CUDA {torch.version.cuda} and set CUDA_HOME to it"
+            f"nvcc not found (CUDA_HOME={cuda_home}); install the CUDA toolkit "
+            f"matching torch's CUDA {torch.version.cuda} and set CUDA_HOME to it"
         )
     compiler = os.environ.get("CXX", "c++")
     if shutil.which(compiler) is None:
@@ -66,6 +67,11 @@ def build_library(capabilities: Sequence[tuple[int, int]]) -> Path:
     if not cpp_extension.is_ninja_available():
         raise SeedKernelUnavailable("ninja not found; `pip install ninja`")
 
+    if not SOURCE.is_file():
+        raise SeedKernelUnavailable(
+            f"{SOURCE} is missing: this installation of the package lacks its CUDA "
+            "source (package data csrc/*.cu)"
+        )
     source = SOURCE.read_bytes()
     archs = sorted(f"{major}{minor}" for major, minor in set(capabilities))
     key = hashlib.sha256(source + f"|{torch.__version__}|{archs}".encode()).hexdigest()
@@ -84,7 +90,8 @@ def build_library(capabilities: Sequence[tuple[int, int]]) -> Path:
         )
     except (RuntimeError, OSError) as error:
         raise SeedKernelUnavailable(
-            f"building {SOURCE.name} (CUDA_HOME={cuda_home}) failed:\n{_error_lines(str(error))}"
+            f"building {SOURCE.name} (CUDA_HOME={cuda_home}) failed:\n"
+            + _error_lines(str(error))
         ) from error
     return Path(library)
 
@@ -97,7 +104,9 @@ def stock_seeds_op() -> Callable[[torch.Tensor], None]:
     """
     global _op
     if not torch.cuda.is_available():
-        build = "CPU-only" if torch.version.cuda is None else f"CUDA {torch.version.cuda}"
+        build = (
+            "CPU-only" if torch.version.cuda is None else f"CUDA {torch.version.cuda}"
+        )
         raise SeedKernelUnavailable(
             f"no CUDA device is available (torch {torch.__version__}, {build}); "
             "the seed kernel draws from a device's generator"

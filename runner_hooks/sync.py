@@ -38,7 +38,9 @@ class SyncPlan:
             raise ValueError(f"a seed batch holds at least one seed, got {num_seeds}")
         ends = self.event_after(num_seeds)
         if not ends or ends[-1] != num_seeds - 1 or list(ends) != sorted(set(ends)):
-            raise ValueError(f"sync plan {self.name!r} gave {ends} for {num_seeds} seeds")
+            raise ValueError(
+                f"sync plan {self.name!r} gave {ends} for {num_seeds} seeds"
+            )
         starts = (0, *(end + 1 for end in ends[:-1]))
         return tuple((start, end + 1) for start, end in zip(starts, ends, strict=True))
 

@@ -89,6 +89,13 @@ def test_no_ninja(toolchain: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         seed_kernel.build_library(H200)
 
 
+def test_missing_cuda_source(toolchain: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A wheel built without its package data falls back instead of failing at startup."""
+    monkeypatch.setattr(seed_kernel, "SOURCE", toolchain / "csrc" / "stock_seeds.cu")
+    with pytest.raises(SeedKernelUnavailable, match="lacks its CUDA source"):
+        seed_kernel.build_library(H200)
+
+
 def test_build_error_shows_the_compiler_errors(
     toolchain: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

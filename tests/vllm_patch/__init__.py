@@ -1,0 +1,1 @@
+"""Tests of vllm_patch, the sr-prefetch command line."""

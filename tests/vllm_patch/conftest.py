@@ -1,0 +1,46 @@
+"""Fixtures for the sr-prefetch tests: one pristine vLLM v0.33.0 tree per session, a copy per test.
+
+The pristine tree is the one `sr-prefetch apply` builds in its cache
+($SR_PREFETCH_CACHE or ~/.cache/sr-prefetch), so the wheel is downloaded at
+most once per cache.  The tests under patched/ run only inside a patched
+tree, started by test_patched_vllm.py; a plain run does not collect them.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from vllm_patch import tree
+
+PATCHED_TREE_ENV = "SR_PREFETCH_PATCHED_TREE"
+
+collect_ignore = [] if os.environ.get(PATCHED_TREE_ENV) else ["patched"]
+
+
+@pytest.fixture(scope="session")
+def pristine(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A clean work tree of the cached pristine tree (built, and the wheel fetched,
+    on first use); the cached one's work tree may carry `sr-prefetch apply`'s patch."""
+    return tree.clone(tree.pristine_tree(), tmp_path_factory.mktemp("pristine") / "vllm")
+
+
+@pytest.fixture
+def vllm_tree(pristine: Path, tmp_path: Path) -> Path:
+    """A fresh git clone of the pristine tree for one test."""
+    return tree.clone(pristine, tmp_path / "vllm")
+
+
+@pytest.fixture
+def no_bytecode() -> Iterator[None]:
+    """Keeps imports and subprocesses from writing __pycache__ into the trees under test."""
+    old = os.environ.get("PYTHONDONTWRITEBYTECODE")
+    os.environ["PYTHONDONTWRITEBYTECODE"] = "1"
+    yield
+    if old is None:
+        del os.environ["PYTHONDONTWRITEBYTECODE"]
+    else:
+        os.environ["PYTHONDONTWRITEBYTECODE"] = old

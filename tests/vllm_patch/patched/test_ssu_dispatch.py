@@ -1,0 +1,295 @@
+"""The patched envs.py and ssu_dispatch.py, exercised for real on the CPU (both designs)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import torch
+import vllm.envs as envs
+from vllm.config.mamba import MambaBackendEnum, MambaConfig
+from vllm.model_executor.layers.mamba.ops import ssu_dispatch
+from vllm.platforms import current_platform
+
+from tests.vllm_patch.patched.conftest import (
+    DESIGN,
+    TREE,
+    KernelStandIn,
+    kv_cache_config,
+    only_in,
+)
+
+NUM_LAYERS = 5
+
+
+def test_the_env_var_defaults_off_and_is_hashed_into_the_compile_cache(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert envs.VLLM_MAMBA_SR_SEED_PREFETCH is False
+    assert envs.compile_factors()["VLLM_MAMBA_SR_SEED_PREFETCH"] is False
+    monkeypatch.setenv("VLLM_MAMBA_SR_SEED_PREFETCH", "1")
+    assert envs.VLLM_MAMBA_SR_SEED_PREFETCH is True
+    assert envs.compile_factors()["VLLM_MAMBA_SR_SEED_PREFETCH"] is True
+
+
+def mamba_config(**overrides: Any) -> MambaConfig:
+    settings: dict[str, Any] = {
+        "backend": MambaBackendEnum.FLASHINFER,
+        "enable_stochastic_rounding": True,
+        "stochastic_rounding_philox_rounds": 5,
+    }
+    return MambaConfig(**{**settings, **overrides})
+
+
+@pytest.fixture
+def engaged(
+    kernel: KernelStandIn,
+    cuda_platform: None,
+    prefetcher_spy: list[tuple[Any, ...]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> list[tuple[Any, ...]]:
+    """Every condition holds; returns the spy on the prefetcher's construction."""
+    monkeypatch.setenv("VLLM_MAMBA_SR_SEED_PREFETCH", "1")
+    return prefetcher_spy
+
+
+def test_it_engages_when_every_condition_holds_with_n_mamba2_layers(
+    engaged: list[tuple[Any, ...]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    logged: list[str] = []
+    monkeypatch.setattr(
+        ssu_dispatch.logger,
+        "info_once",
+        lambda msg, *args, **kw: logged.append(msg % args),
+    )
+    ssu_dispatch.initialize_mamba_ssu_backend(mamba_config(), kv_cache_config(mamba2=NUM_LAYERS))
+    assert [args[:2] for args in engaged] == [(NUM_LAYERS, "cuda")]
+    assert ssu_dispatch._sr_seed_prefetcher is not None
+    assert [line for line in logged if "seeds" in line] == [
+        f"Prefetching Mamba stochastic-rounding seeds for {NUM_LAYERS} layers per forward."
+    ]
+    # Initialised again (memory profiling, then the real KV cache): replaced.
+    ssu_dispatch.initialize_mamba_ssu_backend(mamba_config(), kv_cache_config(mamba2=3))
+    assert [args[0] for args in engaged] == [NUM_LAYERS, 3]
+
+
+OFF_CASES = {
+    "env_var_unset": "VLLM_MAMBA_SR_SEED_PREFETCH is not set",
+    "stochastic_rounding_off": "stochastic rounding is off",
+    "triton_backend": "the Mamba SSU backend is not FlashInfer",
+    "replayssm": "ReplaySSM is on",
+    "not_cuda": "the platform is not CUDA",
+    "mamba1_layers": "the model has Mamba-1 layers",
+}
+
+
+@pytest.mark.parametrize("case", sorted(OFF_CASES))
+def test_each_condition_turns_it_off(
+    engaged: list[tuple[Any, ...]], case: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = mamba_config(
+        enable_stochastic_rounding=case != "stochastic_rounding_off",
+        backend=MambaBackendEnum.TRITON
+        if case == "triton_backend"
+        else MambaBackendEnum.FLASHINFER,
+    )
+    kv_config = kv_cache_config(mamba2=NUM_LAYERS, mamba1=2 if case == "mamba1_layers" else 0)
+    if case == "env_var_unset":
+        monkeypatch.delenv("VLLM_MAMBA_SR_SEED_PREFETCH")
+    if case == "not_cuda":
+        monkeypatch.setattr(current_platform, "is_cuda", lambda: False)
+    if case == "triton_backend":
+        monkeypatch.setattr(ssu_dispatch, "TritonSSUBackend", _triton_stand_in(monkeypatch))
+    logged: list[str] = []
+    monkeypatch.setattr(
+        ssu_dispatch.logger,
+        "info_once",
+        lambda msg, *args, **kw: logged.append(msg % args),
+    )
+    use_replayssm = case == "replayssm"
+    ssu_dispatch.initialize_mamba_ssu_backend(config, kv_config, use_replayssm=use_replayssm)
+    assert engaged == []
+    unused = [f"VLLM_MAMBA_SR_SEED_PREFETCH is set but unused: {OFF_CASES[case]}."]
+    assert [line for line in logged if "SEED" in line] == (
+        [] if case == "env_var_unset" else unused
+    )
+    assert ssu_dispatch._sr_seed_prefetcher is None
+    blocker = ssu_dispatch._sr_seed_prefetch_blocker(config, kv_config, use_replayssm)
+    assert blocker == OFF_CASES[case]
+
+
+def _triton_stand_in(monkeypatch: pytest.MonkeyPatch) -> type:
+    """TritonSSUBackend without its Triton kernel (no Triton on this machine)."""
+
+    class TritonStandIn(ssu_dispatch.TritonSSUBackend):
+        def __init__(self, mamba_config: MambaConfig) -> None:
+            ssu_dispatch.MambaSSUBackend.__init__(self, mamba_config)
+
+    monkeypatch.setitem(ssu_dispatch._BACKEND_REGISTRY, MambaBackendEnum.TRITON, TritonStandIn)
+    return TritonStandIn
+
+
+def call_ssu(state: torch.Tensor | None = None) -> None:
+    state = torch.zeros(1) if state is None else state
+    ssu_dispatch.get_mamba_ssu_backend()(*[state] * 8)
+
+
+class FixedPrefetcher:
+    """Stands in for an attached prefetcher: hands out the given seeds, then None."""
+
+    def __init__(self, *seeds: torch.Tensor | None) -> None:
+        self.seeds = list(seeds)
+
+    def next_seed(self) -> torch.Tensor | None:
+        return self.seeds.pop(0)
+
+
+def stock_seed_after(seed: int) -> int:
+    torch.manual_seed(seed)
+    return int(torch.randint(0, 2**32, (1,)).item())
+
+
+def test_the_kernel_receives_the_prefetched_seed_or_an_inline_stock_one(
+    engaged: list[tuple[Any, ...]],
+    kernel: KernelStandIn,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    ssu_dispatch.initialize_mamba_ssu_backend(mamba_config(), kv_cache_config(mamba2=2))
+    prefetched = torch.tensor([7], dtype=torch.int64)
+    monkeypatch.setattr(ssu_dispatch, "_sr_seed_prefetcher", FixedPrefetcher(prefetched, None))
+
+    call_ssu()
+    assert kernel.calls[-1]["rand_seed"] is prefetched
+    expected = stock_seed_after(11)
+    torch.manual_seed(11)
+    call_ssu()
+    inline = kernel.calls[-1]["rand_seed"]
+    assert inline.shape == (1,) and inline.dtype == torch.int64
+    assert int(inline.item()) == expected
+
+    monkeypatch.setattr(ssu_dispatch, "_sr_seed_prefetcher", None)
+    torch.manual_seed(11)
+    call_ssu()
+    assert int(kernel.calls[-1]["rand_seed"].item()) == expected
+    # The rest of the kernel call is stock's.
+    assert kernel.calls[-1]["philox_rounds"] == 5
+    assert kernel.calls[-1]["algorithm"] == "auto"
+    assert kernel.calls[-1]["cache_steps"] == 0
+
+
+def test_no_seed_at_all_without_stochastic_rounding(
+    kernel: KernelStandIn, cuda_platform: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = mamba_config(enable_stochastic_rounding=False)
+    ssu_dispatch.initialize_mamba_ssu_backend(config, kv_cache_config(mamba2=2))
+    monkeypatch.setattr(ssu_dispatch, "_sr_seed_prefetcher", FixedPrefetcher(torch.ones(1)))
+    call_ssu()
+    assert kernel.calls[-1]["rand_seed"] is None
+
+
+def test_the_real_prefetcher_without_a_cuda_device_draws_inline(
+    engaged: list[tuple[Any, ...]], kernel: KernelStandIn
+) -> None:
+    ssu_dispatch.initialize_mamba_ssu_backend(mamba_config(), kv_cache_config(mamba2=2))
+    assert ssu_dispatch._sr_seed_prefetcher is not None
+    expected = stock_seed_after(3)
+    torch.manual_seed(3)
+    call_ssu()
+    assert int(kernel.calls[-1]["rand_seed"].item()) == expected
+
+
+@only_in("reset")
+def test_batch_runs_mamba_ssu_reads_one_mamba2_layers_metadata(
+    engaged: list[tuple[Any, ...]],
+) -> None:
+    assert ssu_dispatch.batch_runs_mamba_ssu({"x": SimpleNamespace(num_decodes=1)}) is False
+    ssu_dispatch.initialize_mamba_ssu_backend(mamba_config(), kv_cache_config(mamba2=3))
+    layer = "model.layers.0.mixer2"
+    decode, prefill = SimpleNamespace(num_decodes=2), SimpleNamespace(num_decodes=0)
+    assert ssu_dispatch.batch_runs_mamba_ssu({layer: decode}) is True
+    assert ssu_dispatch.batch_runs_mamba_ssu({layer: prefill}) is False
+    assert ssu_dispatch.batch_runs_mamba_ssu({"model.layers.1.attn": decode}) is False
+    assert ssu_dispatch.batch_runs_mamba_ssu(None) is False
+    assert ssu_dispatch.batch_runs_mamba_ssu([{layer: prefill}, {layer: decode}]) is True
+    assert ssu_dispatch.batch_runs_mamba_ssu([{layer: prefill}, {}]) is False
+
+
+@only_in("reset")
+def test_the_runner_hook_relays_to_the_prefetcher_attached_now(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from vllm.model_executor.layers.mamba.ops.sr_seed_prefetch import (
+        ForwardHooks,
+        ForwardInfo,
+    )
+
+    heard: list[tuple[str, str, ForwardInfo]] = []
+
+    class Listener:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def on_forward_begin(self, info: ForwardInfo) -> None:
+            heard.append((self.name, "begin", info))
+
+        def on_forward_end(self, info: ForwardInfo) -> None:
+            heard.append((self.name, "end", info))
+
+    hooks = ForwardHooks()
+    hooks.register(ssu_dispatch.MambaSRSeedHook())
+    info = ForwardInfo(runs_ssu=True)
+    with hooks.forward(info):
+        pass
+    assert heard == []
+    for name in ("profiling", "real"):
+        monkeypatch.setattr(ssu_dispatch, "_sr_seed_prefetcher", Listener(name))
+        with hooks.forward(info):
+            pass
+    assert heard == [
+        ("profiling", "begin", info),
+        ("profiling", "end", info),
+        ("real", "begin", info),
+        ("real", "end", info),
+    ]
+
+
+@only_in("forward-context")
+def test_forwards_are_told_apart_by_the_forward_context(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from vllm.forward_context import ForwardContext, override_forward_context
+    from vllm.v1.worker import ubatching
+
+    assert ssu_dispatch._current_forward_context() is None
+    context = ForwardContext(no_compile_layers={}, attn_metadata={}, slot_mapping={})
+    with override_forward_context(context):
+        assert ssu_dispatch._current_forward_context() is context
+        assert ssu_dispatch._in_micro_batch(context) is False
+        monkeypatch.setitem(ubatching._THREAD_ID_TO_CONTEXT, 1, 0)
+        assert ssu_dispatch._in_micro_batch(context) is True
+
+
+def test_the_forks_test_file_collects_and_skips_without_a_device() -> None:
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "tests/kernels/mamba/test_sr_seed_prefetch.py",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-rs",
+        ],
+        cwd=TREE,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "4 skipped" in result.stdout, result.stdout
+    assert "seed prefetching needs a CUDA device" in result.stdout
+    assert DESIGN

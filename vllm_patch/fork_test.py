@@ -1,0 +1,246 @@
+"""The test file the patch adds to the fork: tests/kernels/mamba/test_sr_seed_prefetch.py.
+
+It runs on a CUDA device in the fork's CI and checks every seed against
+stock's `torch.randint` draws.  The two designs differ only in how a test
+opens a forward (as the model runners do under each), so the file is one
+template with that fixture and its imports filled in per design.
+"""
+
+from __future__ import annotations
+
+PATH = "tests/kernels/mamba/test_sr_seed_prefetch.py"
+
+_COMMON_IMPORTS = (
+    "from vllm.config.mamba import MambaBackendEnum, MambaConfig",
+    "from vllm.model_executor.layers.mamba.ops import ssu_dispatch",
+    "from vllm.platforms import current_platform",
+    "from vllm.v1.attention.backends.registry import MambaAttentionBackendEnum",
+    "from vllm.v1.kv_cache_interface import KVCacheConfig, KVCacheGroupSpec, MambaSpec",
+)
+
+_DESIGN_IMPORTS = {
+    "reset": (
+        "from vllm.model_executor.layers.mamba.ops.sr_seed_prefetch import (\n"
+        "    ForwardHooks,\n"
+        "    ForwardInfo,\n"
+        ")",
+    ),
+    "forward-context": (
+        "from vllm.forward_context import ForwardContext, override_forward_context",
+    ),
+}
+
+_DESIGN_FORWARD = {
+    "reset": '''\
+@pytest.fixture
+def open_forward() -> OpenForward:
+    """Opens a forward as the model runners do: through their ForwardHooks,
+    on which they register a MambaSRSeedHook."""
+    hooks = ForwardHooks()
+    hooks.register(ssu_dispatch.MambaSRSeedHook())
+
+    def forward(full_cudagraph: bool = False) -> AbstractContextManager[None]:
+        return hooks.forward(ForwardInfo(runs_ssu=True, full_cudagraph=full_cudagraph))
+
+    return forward
+''',
+    "forward-context": '''\
+@pytest.fixture
+def open_forward() -> OpenForward:
+    """Opens a forward as the model runners do: under a new forward context,
+    whose identity tells the prefetcher one forward from the next (a FULL
+    graph capture needs no other mark)."""
+
+    def forward(full_cudagraph: bool = False) -> AbstractContextManager[None]:
+        return override_forward_context(
+            ForwardContext(no_compile_layers={}, attn_metadata={}, slot_mapping={})
+        )
+
+    return forward
+''',
+}
+
+_TEMPLATE = '''\
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM project
+"""VLLM_MAMBA_SR_SEED_PREFETCH: the FlashInfer SSU backend's prefetched
+stochastic-rounding seeds equal stock's torch.randint draws, eagerly, beyond
+N calls, over CUDA graph replays, and outside a forward."""
+
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from typing import Any
+
+import pytest
+import torch
+
+{imports}
+
+NUM_LAYERS = 8
+SEED = 1234
+
+OpenForward = Callable[..., AbstractContextManager[None]]
+
+pytestmark = pytest.mark.skipif(
+    not current_platform.is_cuda(), reason="seed prefetching needs a CUDA device"
+)
+
+
+def _kv_cache_config(num_layers: int) -> KVCacheConfig:
+    spec = MambaSpec(
+        block_size=16,
+        shapes=((1,),),
+        dtypes=(torch.float16,),
+        mamba_type=MambaAttentionBackendEnum.MAMBA2,
+    )
+    layer_names = [f"model.layers.{{i}}.mixer" for i in range(num_layers)]
+    return KVCacheConfig(
+        num_blocks=1,
+        kv_cache_tensors=[],
+        kv_cache_groups=[KVCacheGroupSpec(layer_names, spec)],
+    )
+
+
+def _stock_seeds(num_seeds: int) -> list[int]:
+    return [
+        int(torch.randint(0, 2**32, (1,), device="cuda").item())
+        for _ in range(num_seeds)
+    ]
+
+
+class SSUHarness:
+    """Calls the real FlashInferSSUBackend.__call__, its kernel replaced by a
+    recorder of rand_seed, with other work between calls as between layers."""
+
+    def __init__(self, backend: ssu_dispatch.FlashInferSSUBackend) -> None:
+        self.backend = backend
+        self.seeds: list[torch.Tensor] = []
+        self.taken: list[bool] = []
+        self.work = torch.ones(64, 64, device="cuda")
+        self.state = torch.zeros(1, device="cuda")
+        # Initialise cuBLAS outside any graph capture.
+        torch.tanh(self.work @ self.work)
+        torch.cuda.synchronize()
+
+    def kernel(self, *args: Any, rand_seed: torch.Tensor, **kwargs: Any) -> None:
+        # A copy, read as the kernel would read it: the next eager forward
+        # draws into the same buffer.
+        self.seeds.append(rand_seed.clone())
+
+    def run_layers(self, num_calls: int) -> None:
+        for _ in range(num_calls):
+            self.work = torch.tanh(self.work @ self.work)
+            self.backend(*[self.state] * 8)
+
+    def seed_values(self) -> list[int]:
+        return [int(seed.item()) for seed in self.seeds]
+
+
+class CountingPrefetcher:
+    """Passes everything on to the attached prefetcher, noting which of its
+    next_seed() calls had a prefetched seed."""
+
+    def __init__(self, prefetcher: Any, taken: list[bool]) -> None:
+        self._prefetcher = prefetcher
+        self._taken = taken
+
+    def next_seed(self) -> torch.Tensor | None:
+        seed = self._prefetcher.next_seed()
+        self._taken.append(seed is not None)
+        return seed
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._prefetcher, name)
+
+
+@pytest.fixture
+def harness(monkeypatch: pytest.MonkeyPatch) -> SSUHarness:
+    monkeypatch.setenv("VLLM_MAMBA_SR_SEED_PREFETCH", "1")
+    monkeypatch.setattr(ssu_dispatch, "_mamba_ssu_backend", None)
+    monkeypatch.setattr(ssu_dispatch, "_sr_seed_prefetcher", None)
+    mamba_config = MambaConfig(
+        backend=MambaBackendEnum.FLASHINFER,
+        enable_stochastic_rounding=True,
+        stochastic_rounding_philox_rounds=5,
+    )
+    ssu_dispatch.initialize_mamba_ssu_backend(
+        mamba_config, _kv_cache_config(NUM_LAYERS)
+    )
+    prefetcher = ssu_dispatch._sr_seed_prefetcher
+    assert prefetcher is not None, "the prefetcher did not engage"
+    backend = ssu_dispatch.get_mamba_ssu_backend()
+    assert isinstance(backend, ssu_dispatch.FlashInferSSUBackend)
+    harness = SSUHarness(backend)
+    monkeypatch.setattr(backend, "_kernel", harness.kernel)
+    counting = CountingPrefetcher(prefetcher, harness.taken)
+    monkeypatch.setattr(ssu_dispatch, "_sr_seed_prefetcher", counting)
+    return harness
+
+
+{forward_fixture}
+
+@pytest.mark.parametrize("extra_calls", [0, 3], ids=["n_calls", "beyond_n"])
+def test_eager_forwards_match_stock(
+    harness: SSUHarness, open_forward: OpenForward, extra_calls: int
+) -> None:
+    num_calls = NUM_LAYERS + extra_calls
+    torch.cuda.manual_seed(SEED)
+    stock = _stock_seeds(2 * num_calls)
+    torch.cuda.manual_seed(SEED)
+    # Two forwards: the second reuses the first one's seed buffer.
+    for _ in range(2):
+        with open_forward():
+            harness.run_layers(num_calls)
+    assert harness.seed_values() == stock
+    # Calls beyond N draw inline, after the N prefetched seeds: stock order.
+    assert harness.taken == ([True] * NUM_LAYERS + [False] * extra_calls) * 2
+
+
+def test_cuda_graph_capture_and_three_replays(
+    harness: SSUHarness, open_forward: OpenForward
+) -> None:
+    torch.cuda.manual_seed(SEED)
+    stock_graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(stock_graph):
+        stock = [
+            torch.randint(0, 2**32, (1,), device="cuda") for _ in range(NUM_LAYERS)
+        ]
+    stock_replays = []
+    for _ in range(3):
+        stock_graph.replay()
+        stock_replays.append([int(seed.item()) for seed in stock])
+
+    torch.cuda.manual_seed(SEED)
+    graph = torch.cuda.CUDAGraph()
+    with open_forward(full_cudagraph=True), torch.cuda.graph(graph):
+        harness.run_layers(NUM_LAYERS)
+    replays = []
+    for _ in range(3):
+        graph.replay()
+        replays.append(harness.seed_values())
+
+    assert harness.taken == [True] * NUM_LAYERS
+    assert replays == stock_replays
+    # Each replay draws fresh seeds, as stock's captured randint does.
+    assert replays[0] != replays[1] != replays[2]
+
+
+def test_fallback_outside_a_forward(harness: SSUHarness) -> None:
+    torch.cuda.manual_seed(SEED)
+    stock = _stock_seeds(NUM_LAYERS)
+    torch.cuda.manual_seed(SEED)
+    harness.run_layers(NUM_LAYERS)
+    assert harness.seed_values() == stock
+    assert harness.taken == [False] * NUM_LAYERS
+'''
+
+
+def render(design: str) -> str:
+    """The test file's text for `design` ("reset" or "forward-context")."""
+    imports = sorted(_COMMON_IMPORTS + _DESIGN_IMPORTS[design], key=_import_sort_key)
+    return _TEMPLATE.format(imports="\n".join(imports), forward_fixture=_DESIGN_FORWARD[design])
+
+
+def _import_sort_key(statement: str) -> str:
+    """isort's order for `from X import ...` lines: by module name."""
+    return statement.split()[1]
