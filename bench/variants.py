@@ -30,14 +30,11 @@ from runner_hooks import (
     ForwardInfo,
     SRSeedPrefetcher,
 )
-from runner_hooks.drawers import DRAWERS
+from runner_hooks.drawers import DRAWERS, SEED_HIGH
 from runner_hooks.sync import SYNC_PLANS
 
 from .model import DecodeModel
 from .summary import FLOOR, STOCK
-
-SEED_HIGH = 2**32
-"""Stock's exclusive bound: vLLM draws `torch.randint(0, 2**32, (1,))`."""
 
 
 class SeedSource(Protocol):

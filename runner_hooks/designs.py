@@ -30,8 +30,11 @@ DEFAULT_SYNC_PLANS: dict[str, str] = {
     "kernel": "current_stream",
     "randint": "geometric",
 }
-"""The sync plan each drawer is fastest with when none is given (bench/results);
-a drawer not listed here gets FALLBACK_SYNC_PLAN."""
+"""Each drawer's plan when none is given, by measurement (bench/results): with
+the kernel, the current stream is fastest eagerly and ties a side stream under
+graphs; with randint, geometric gives up a few points of per_seed's graph-mode
+gain for an eager forward far cheaper than per_seed's.  A drawer not listed
+gets FALLBACK_SYNC_PLAN."""
 FALLBACK_SYNC_PLAN = "geometric"
 
 
