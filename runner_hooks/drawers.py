@@ -80,9 +80,8 @@ def _auto_drawer() -> SeedDrawer:
         drawer = _kernel_drawer()
     except SeedKernelUnavailable as reason:
         logger.warning(
-            "Drawing stochastic-rounding seeds with one randint per seed: the "
-            "one-kernel "
-            "drawer is unavailable (%s)",
+            "Drawing stochastic-rounding seeds with one randint per seed: "
+            "the one-kernel drawer is unavailable (%s)",
             reason,
         )
         return RandintDrawer()

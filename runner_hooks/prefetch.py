@@ -1,4 +1,4 @@
-"""One forward's seeds, drawn up front on a side stream and consumed by index.
+"""One forward's seeds, drawn up front and consumed by index.
 
 `SeedPrefetch` is the machinery both designs share: it knows how to schedule a
 forward's N seeds (its drawer says how they are produced, its sync plan where
@@ -126,9 +126,8 @@ class SeedBatch:
         self._buffer = buffer
         self._device_index = device_index
         self._stream_handle = _current_stream_handle(device_index)  # type: ignore[misc]
-        self.stream = (
-            stream  # the forward's stream, where events need it (side-stream plans)
-        )
+        # The forward's stream, kept where events need it (side-stream plans).
+        self.stream = stream
         self.under_capture = under_capture
         self.consumed = 0
 
