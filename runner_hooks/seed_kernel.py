@@ -1,6 +1,7 @@
 """N stock-identical seeds from one kernel launch.
 
-`KernelDrawer` runs `runner_hooks::stock_seeds` (csrc/stock_seeds.cu): one
+`KernelDrawer` runs the op `stock_seeds` (csrc/stock_seeds.cu) of the
+namespace `OP_NAMESPACE` (`runner_hooks` here; vLLM's vendored copy has its own): one
 launch that reserves a forward's 4*N Philox offsets from the device's default
 CUDA generator at once and computes, bit for bit, the N values that N stock
 `torch.randint(0, 2**32, (1,))` calls would return, eagerly and under CUDA-graph
@@ -24,6 +25,11 @@ from torch.utils import cpp_extension
 SOURCE = Path(__file__).with_name("csrc") / "stock_seeds.cu"
 """The op's CUDA and registration source."""
 
+OP_NAMESPACE = "runner_hooks"
+"""The torch.ops namespace the op is registered under, handed to the source as the macro
+SR_SEED_OP_NAMESPACE.  The copy vendored into vLLM sets its own (vllm_patch/vendor.py),
+so the two never register the same op."""
+
 _ERROR_LINE = re.compile(
     r"\berror\b|\bfatal\b|not found|cannot find|no such file|undefined", re.IGNORECASE
 )
@@ -45,7 +51,7 @@ def build_library(capabilities: Sequence[tuple[int, int]]) -> Path:
     machine without one.  The extension's name hashes the source, the torch
     version and the architectures: an edited source or another torch gets its
     own build directory instead of reusing a stale library.  Only one build may
-    be loaded per process: each registers the same `runner_hooks` op.
+    be loaded per process: each registers the same `OP_NAMESPACE` op.
     Returns the loaded shared library's path.
     """
     if torch.version.cuda is None:
@@ -74,15 +80,18 @@ def build_library(capabilities: Sequence[tuple[int, int]]) -> Path:
         )
     source = SOURCE.read_bytes()
     archs = sorted(f"{major}{minor}" for major, minor in set(capabilities))
-    key = hashlib.sha256(source + f"|{torch.__version__}|{archs}".encode()).hexdigest()
+    key = hashlib.sha256(
+        source + f"|{torch.__version__}|{archs}|{OP_NAMESPACE}".encode()
+    ).hexdigest()
     try:
         library = cpp_extension.load(
-            name=f"runner_hooks_stock_seeds_{key[:16]}",
+            name=f"{OP_NAMESPACE}_stock_seeds_{key[:16]}",
             sources=[str(SOURCE)],
             # Explicit -gencode flags make torch ignore TORCH_CUDA_ARCH_LIST,
             # which images set for their own builds: one arch builds fastest.
             extra_cuda_cflags=[
                 "-O3",
+                f"-DSR_SEED_OP_NAMESPACE={OP_NAMESPACE}",
                 *(f"-gencode=arch=compute_{arch},code=sm_{arch}" for arch in archs),
                 *_curand_include_flags(cuda_home),
             ],
@@ -97,7 +106,7 @@ def build_library(capabilities: Sequence[tuple[int, int]]) -> Path:
 
 
 def stock_seeds_op() -> Callable[[torch.Tensor], None]:
-    """`torch.ops.runner_hooks.stock_seeds`, built and loaded once per process.
+    """`torch.ops.<OP_NAMESPACE>.stock_seeds`, built and loaded once per process.
 
     Thread-safe: the first caller builds (torch's file lock guards the cache
     against other processes) while the others wait, then all get the same op.
@@ -118,7 +127,7 @@ def stock_seeds_op() -> Callable[[torch.Tensor], None]:
                 for index in range(torch.cuda.device_count())
             ]
             build_library(capabilities)
-            _op = torch.ops.runner_hooks.stock_seeds.default
+            _op = getattr(torch.ops, OP_NAMESPACE).stock_seeds.default
         return _op
 
 

@@ -1,8 +1,9 @@
-"""sr-prefetch: apply the seed-prefetch runner patch to a vLLM v0.33.0 tree, and back out.
+"""sr-prefetch: apply the seed-prefetch runner patch to a vLLM tree or an installed vLLM,
+and back out.
 
-Every command checks the tree (a vLLM tree, the supported version) before it
-reads anything else, and refuses with a message and exit status 1 rather than
-change a tree it cannot patch cleanly.
+Every command first resolves its target (a vLLM tree, and the supported release
+it is based on) before it reads anything else, and refuses with a message and
+exit status 1 rather than change a target it cannot patch cleanly.
 """
 
 from __future__ import annotations
@@ -14,8 +15,9 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from . import patch, tree
-from .edits import DESIGNS, RESET
+from . import patch, releases, tree
+from .designs import DESIGNS
+from .releases import RELEASES, Design, Site
 from .vendor import VendorError
 
 
@@ -26,7 +28,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return args.run(args)
     except (tree.TreeError, patch.PatchError, VendorError, OSError) as error:
         # Writes are undone on failure (patch._write_all), so an OSError too
-        # leaves the tree as it was.
+        # leaves the target as it was.
         print(f"sr-prefetch: {error}", file=sys.stderr)
         return 1
 
@@ -34,103 +36,174 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="sr-prefetch",
-        description="Apply the Mamba stochastic-rounding seed prefetch to a vLLM "
-        f"v{tree.SUPPORTED_VERSION} tree, in either design, and take it back out.",
+        description="Apply the Mamba stochastic-rounding seed prefetch to a vLLM tree or an "
+        f"installed vLLM (releases {releases.supported()}), in either design, and take it "
+        "back out.",
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def design_option(command: argparse.ArgumentParser) -> None:
         command.add_argument(
             "--design",
-            choices=sorted(DESIGNS),
-            default=RESET,
+            type=Design,
+            choices=list(Design),
+            default=Design.RESET,
             help="reset (ours: the model runners delimit forwards; default) or "
             "forward-context (the seed document's baseline: no runner edits)",
         )
 
+    def base_option(command: argparse.ArgumentParser, without_path: str) -> None:
+        command.add_argument(
+            "--base",
+            metavar="RELEASE",
+            help="the vLLM release the target is based on, where its version does not say "
+            f"(a fork); {without_path}",
+        )
+
+    def target_arguments(command: argparse.ArgumentParser, optional: bool) -> None:
+        command.add_argument(
+            "path",
+            nargs="?" if optional else None,
+            type=Path,
+            metavar="PATH",
+            help="a vLLM tree (a git checkout, or a directory holding the vllm package, "
+            "such as a site-packages directory)",
+        )
+        command.add_argument(
+            "--installed",
+            action="store_true",
+            help="the vLLM that this Python imports (instead of PATH)",
+        )
+
     apply = commands.add_parser(
         "apply",
-        help="apply the patch (no PATH: to a pristine v0.33.0 tree in the cache)",
-        description="Apply the patch to the vLLM tree at PATH. Without PATH, prepare a "
-        "pristine vLLM v0.33.0 tree as a git repository in the cache "
-        "($SR_PREFETCH_CACHE or ~/.cache/sr-prefetch; the PyPI release is fetched "
-        "once) and apply it there.",
+        help="apply the patch (no PATH: to a pristine tree in the cache)",
+        description="Apply the patch to the vLLM at PATH, or the installed one. Without "
+        "either, prepare a pristine tree of the newest supported release (or --base) as a "
+        "git repository in the cache ($SR_PREFETCH_CACHE or ~/.cache/sr-prefetch; its "
+        "sources are read from the PyPI wheel once) and apply it there.",
     )
-    apply.add_argument("path", nargs="?", type=Path, metavar="PATH")
+    target_arguments(apply, optional=True)
     design_option(apply)
+    base_option(apply, "without PATH, the release of the pristine tree")
     apply.set_defaults(run=_apply)
 
     check = commands.add_parser("check", help="dry run: what apply would do, file by file")
-    check.add_argument("path", type=Path, metavar="PATH")
+    target_arguments(check, optional=True)
     design_option(check)
+    base_option(check, "")
     check.set_defaults(run=_check)
 
     revert = commands.add_parser("revert", help="take the applied design back out")
-    revert.add_argument("path", type=Path, metavar="PATH")
+    target_arguments(revert, optional=True)
+    base_option(revert, "")
     revert.set_defaults(run=_revert)
 
     status = commands.add_parser("status", help="vLLM version, design applied, files touched")
-    status.add_argument("path", type=Path, metavar="PATH")
+    target_arguments(status, optional=True)
+    base_option(status, "")
     status.set_defaults(run=_status)
 
     export = commands.add_parser(
-        "export", help=f"write a git am-able patch against v{tree.SUPPORTED_VERSION}"
+        "export", help="write a git am-able patch against a supported release"
     )
     design_option(export)
+    base_option(export, "the release to write the patch against (default: the newest)")
     export.add_argument("-o", "--output", type=Path, required=True, metavar="FILE")
     export.set_defaults(run=_export)
+
+    versions = commands.add_parser(
+        "versions", help="the supported releases: the call sites each has, the torch it pins"
+    )
+    versions.add_argument(
+        "--files",
+        action="store_true",
+        help="also locate every site in each release's files (read from its wheel, cached)",
+    )
+    versions.set_defaults(run=_versions)
     return parser
 
 
-def _checked_tree(path: Path) -> tuple[Path, str]:
-    root = tree.find_tree(path)
-    return root, tree.check_version(root)
+def _target(args: argparse.Namespace) -> tree.Target:
+    if args.installed and args.path is not None:
+        raise tree.TreeError("give PATH or --installed, not both")
+    if args.installed:
+        path = tree.installed_root()
+    elif args.path is not None:
+        path = args.path
+    else:
+        raise tree.TreeError(f"sr-prefetch {args.command} needs PATH or --installed")
+    target = tree.resolve(path, args.base)
+    if target.note:
+        print(f"Note: {target.note}.")
+    return target
+
+
+def _describe(target: tree.Target) -> str:
+    based = (
+        "" if target.version == target.release.version else f", based on {target.release.version}"
+    )
+    return f"vLLM {target.version}{based} ({target.kind}) at {target.root}"
 
 
 def _apply(args: argparse.Namespace) -> int:
-    root, version = _checked_tree(args.path if args.path is not None else tree.pristine_tree())
-    changed, reports = patch.apply(root, args.design)
+    pristine = args.path is None and not args.installed
+    if pristine:
+        release = releases.get(args.base) if args.base else releases.NEWEST
+        target = tree.resolve(tree.pristine_tree(release))
+    else:
+        target = _target(args)
+    changed, reports = patch.apply(target, args.design)
     if not changed:
-        print(f"The {args.design} design is already applied to {root}; nothing to do.")
-        stale = [report for report in patch.status(root).files if report.state == "stale"]
+        print(f"The {args.design} design is already applied to {target.root}; nothing to do.")
+        stale = [report for report in patch.status(target).files if report.state == "stale"]
         _print_reports(stale)
         return 0
-    print(f"Applied the {args.design} design to vLLM {version} at {root}:")
+    print(f"Applied the {args.design} design to {_describe(target)}:")
     _print_reports(reports)
-    if args.path is None:
-        print(f"\nThe pristine tree is its git HEAD: see the change with git -C {root} diff")
+    _print_absent_sites(args.design, target.release)
+    if pristine:
+        print(f"\nThe pristine tree is its git HEAD: see the change with git -C {target.root} diff")
     return 0
 
 
 def _check(args: argparse.Namespace) -> int:
-    root, version = _checked_tree(args.path)
-    ok, reports = patch.check(root, args.design)
+    target = _target(args)
+    ok, reports = patch.check(target, args.design)
     if all(report.state == "applied" for report in reports):
-        print(f"The {args.design} design is already applied to {root}.")
+        print(f"The {args.design} design is already applied to {target.root}.")
         return 0
     verdict = "would apply cleanly" if ok else "would NOT apply"
-    print(f"The {args.design} design {verdict} to vLLM {version} at {root}:")
+    print(f"The {args.design} design {verdict} to {_describe(target)}:")
     _print_reports(reports)
+    _print_absent_sites(args.design, target.release)
     return 0 if ok else 1
 
 
 def _revert(args: argparse.Namespace) -> int:
-    root, _ = _checked_tree(args.path)
-    design, reports = patch.revert(root)
+    target = _target(args)
+    design, reports = patch.revert(target)
     if design is None:
-        print(f"No sr-prefetch design is applied to {root}; nothing to revert.")
+        print(f"No sr-prefetch design is applied to {target.root}; nothing to revert.")
         return 0
-    print(f"Reverted the {design} design from {root}:")
+    print(f"Reverted the {design} design from {_describe(target)}:")
     _print_reports(reports)
     return 0
 
 
 def _status(args: argparse.Namespace) -> int:
-    root = tree.find_tree(args.path)
-    report = patch.status(root)
-    supported = report.version.split("+", 1)[0] == tree.SUPPORTED_VERSION
-    note = "" if supported else f" (not supported: sr-prefetch supports {tree.SUPPORTED_VERSION})"
-    print(f"vLLM tree: {root}\nvLLM version: {report.version}{note}")
+    if args.installed or args.path is None:
+        target = _target(args)
+    else:
+        root = tree.find_tree(args.path)
+        try:
+            target = _target(args)
+        except tree.TreeError as error:
+            print(f"vLLM tree: {root}\nvLLM version: {tree.read_version(root)} ({error})")
+            return 1
+    print(f"vLLM tree: {target.root} ({target.kind})\nvLLM version: {target.version}")
+    print(f"Patched as release: {target.release.version}")
+    report = patch.status(target)
     if report.problem is not None:
         print(f"Design applied: none whole\n{report.problem}")
         return 1
@@ -144,24 +217,68 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
-    design = DESIGNS[args.design]
-    pristine = tree.pristine_tree()
+    release = releases.get(args.base) if args.base else releases.NEWEST
+    spec = DESIGNS[args.design]
+    pristine = tree.pristine_tree(release)
     workdir = Path(tempfile.mkdtemp(prefix="sr-prefetch-export-"))
     try:
         clone = tree.clone(pristine, workdir / "vllm")
-        patch.apply(clone, design.name)
-        tree.commit_all(clone, design.commit_message)
+        patch.apply(tree.resolve(clone), args.design)
+        tree.commit_all(clone, spec.commit_message)
         mail = tree.format_patch(clone)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(mail, encoding="utf-8")
     print(
-        f"Wrote the {design.name} design as a patch against vLLM v{tree.SUPPORTED_VERSION} to "
+        f"Wrote the {args.design} design as a patch against vLLM v{release.version} to "
         f"{args.output}; apply it in the fork with: git am --keep-non-patch {args.output}\n"
         "(--keep-non-patch keeps the [Mamba] tag of the subject)"
     )
     return 0
+
+
+def _versions(args: argparse.Namespace) -> int:
+    width = max(len(str(site)) for site in Site)
+    print(f"Supported vLLM releases ({releases.supported()}); the reset design's call sites:")
+    for release in RELEASES:
+        print(
+            f"\n{release.version}  torch=={release.torch}  flashinfer-python=={release.flashinfer}"
+        )
+        located = _locate_sites(release) if args.files else {}
+        for site in Site:
+            if release.has(site):
+                where = located.get(site, "")
+                print(f"  {site!s:<{width}}  {where}".rstrip())
+            else:
+                since = releases.SITES_SINCE[site]
+                print(f"  {site!s:<{width}}  -- not in this release (from {since})")
+    return 0
+
+
+def _locate_sites(release: releases.Release) -> dict[Site, str]:
+    """Each site's file and line in `release`, or why it was not found."""
+    from .syntax import SiteError, Source
+
+    found: dict[Site, list[str]] = {}
+    file_ops = patch.operations(Design.RESET, release)
+    texts = tree.release_files(release, tuple(fo.path for fo in file_ops))
+    for fo in file_ops:
+        text = texts[fo.path].decode()
+        for operation in fo.operations:
+            try:
+                where = f"{Path(fo.path).name} {operation.located(Source(text, fo.path))}"
+                text = operation.apply(Source(text, fo.path))
+            except SiteError as error:
+                where = f"NOT FOUND: {error}"
+            if operation.site is not None:
+                found.setdefault(Site(operation.site), []).append(where)
+    return {site: "; ".join(places) for site, places in found.items()}
+
+
+def _print_absent_sites(design: Design, release: releases.Release) -> None:
+    for line in patch.absent_sites(design, release):
+        print(f"  {'no such site':<14} {line}")
 
 
 def _print_reports(reports: Sequence[patch.FileReport]) -> None:

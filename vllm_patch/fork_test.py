@@ -14,7 +14,6 @@ _COMMON_IMPORTS = (
     "from vllm.config.mamba import MambaBackendEnum, MambaConfig",
     "from vllm.model_executor.layers.mamba.ops import ssu_dispatch",
     "from vllm.platforms import current_platform",
-    "from vllm.v1.attention.backends.registry import MambaAttentionBackendEnum",
     "from vllm.v1.kv_cache_interface import KVCacheConfig, KVCacheGroupSpec, MambaSpec",
 )
 
@@ -87,12 +86,8 @@ pytestmark = pytest.mark.skipif(
 
 
 def _kv_cache_config(num_layers: int) -> KVCacheConfig:
-    spec = MambaSpec(
-        block_size=16,
-        shapes=((1,),),
-        dtypes=(torch.float16,),
-        mamba_type=MambaAttentionBackendEnum.MAMBA2,
-    )
+    # mamba_type is left at its default, Mamba-2 (named "mamba2" before 0.21.0).
+    spec = MambaSpec(block_size=16, shapes=((1,),), dtypes=(torch.float16,))
     layer_names = [f"model.layers.{{i}}.mixer" for i in range(num_layers)]
     return KVCacheConfig(
         num_blocks=1,

@@ -1,14 +1,15 @@
-"""Applying a design to a vLLM tree, checking it, reading it back, taking it out.
+"""Applying a design to a vLLM target, checking it, reading it back, taking it out.
 
-Nothing is written until every file's new content is known: edits are
-computed in memory, and the writes are undone if one of them fails, so a
-refused or failed command leaves the tree exactly as it was.
+Nothing is written until every file's new content is known: the operations
+run in memory, and the writes are undone if one of them fails, so a refused
+or failed command leaves the target exactly as it was.
 
-What is applied is read from the files themselves rather than from a record
-kept beside them: a design is applied when every edit's replacement is there
-exactly once and taking it back out reproduces, edit for edit, the text it
-came from.  That holds as well for a tree patched by `git am` as for one
-patched by `apply`, and leaves no state file in the fork.
+What is applied is read from the files themselves, not from a record kept
+beside them: a design is applied when each of its files, taken back out
+structurally (syntax.revert_all), gives a text that the design turns into
+that file again, byte for byte.  That holds as well for a tree patched by
+`git am` as for one patched by `apply`.  An installed vLLM also keeps the
+files `apply` replaced (ORIGINALS), and `revert` gives those back as they were.
 """
 
 from __future__ import annotations
@@ -19,8 +20,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import fork_test, tree, vendor
-from .edits import DESIGNS, PRISTINE_SHA256, Design, FileEdits
+from . import fork_test, targets, vendor
+from .designs import DESIGNS, DesignSpec
+from .releases import Design, Release, Site, pristine_sha256
+from .syntax import FileOperations, SiteError, Source, apply_all, revert_all
+from .tree import Kind, Target, dirty_paths
+
+ORIGINALS = "vllm/.sr-prefetch-originals"
+"""Where `apply` keeps an installed vLLM's replaced files (inside the package, so that
+they go wherever it goes); `revert` restores them and removes the folder."""
 
 
 class PatchError(Exception):
@@ -43,95 +51,101 @@ class FileReport:
 class TreeStatus:
     """What `status` reports."""
 
-    root: Path
-    version: str
-    design: str | None
+    target: Target
+    design: Design | None
     files: list[FileReport]
     problem: str | None = None
 
 
-def edit_text(text: str, file_edits: FileEdits) -> tuple[str, list[str]]:
-    """`text` with the edits applied in order, and the anchors that failed (then unchanged)."""
-    problems = []
-    edited = text
-    for number, edit in enumerate(file_edits.edits, 1):
-        count = edited.count(edit.anchor)
-        if count != 1:
-            found = "not found" if count == 0 else f"found {count} times, must be unique"
-            problems.append(
-                f"anchor {number} ({edit.why}): {found}; it begins {_first_line(edit.anchor)!r}"
-            )
-            continue
-        edited = edited.replace(edit.anchor, edit.replacement, 1)
-    return (text, problems) if problems else (edited, [])
+def operations(design: Design, release: Release) -> tuple[FileOperations, ...]:
+    return targets.file_operations(design, release)
 
 
-def unedit_text(text: str, file_edits: FileEdits) -> str | None:
-    """The text the edits were applied to, or None if `text` is not exactly that, edited."""
-    original = text
-    for edit in reversed(file_edits.edits):
-        if original.count(edit.replacement) != 1:
-            return None
-        original = original.replace(edit.replacement, edit.anchor, 1)
-    edited, problems = edit_text(original, file_edits)
-    return original if not problems and edited == text else None
+def absent_sites(design: Design, release: Release) -> list[str]:
+    """The call sites of `design` that `release` does not have, in words."""
+    if design is not Design.RESET:
+        return []
+    from .releases import SITES_SINCE
+
+    return [
+        f"{site} (not in vLLM {release.version}; added in {SITES_SINCE[site]})"
+        for site in Site
+        if not release.has(site)
+    ]
 
 
-def applied_design(root: Path) -> str | None:
-    """The design applied to the tree at `root`, or None where none is; refuses half states."""
-    applied = [name for name, design in DESIGNS.items() if _is_applied(root, design)]
-    if applied:
-        return applied[0]
-    leftovers = _leftovers(root)
+def patched_text(target: Target, text: str, file_ops: FileOperations) -> str:
+    """`text` with the operations applied, or PatchError naming file, function and release."""
+    try:
+        return apply_all(text, file_ops)
+    except SiteError as error:
+        raise PatchError(_moved(target.release, file_ops.path, error)) from None
+
+
+def _moved(release: Release, path: str, error: SiteError) -> str:
+    return (
+        f"{path}: {error} (vLLM {release.version}); the code moved from where the patch "
+        "expects it for this release"
+    )
+
+
+def applied_design(target: Target) -> Design | None:
+    """The design applied to the target, or None; PatchError for half states."""
+    for design in Design:
+        if _is_applied(target, design):
+            return design
+    leftovers = _leftovers(target)
     if leftovers:
         raise PatchError(
-            f"{root} is partly patched ({'; '.join(leftovers)}), neither clean nor a whole "
-            "design: restore those files from git (git checkout -- <file>; remove the added "
-            "files), then apply again"
+            f"{target.root} is partly patched ({'; '.join(leftovers)}), neither clean nor a "
+            "whole design: restore those files (git checkout -- <file>, or reinstall vLLM), "
+            "remove the added files, then apply again"
         )
     return None
 
 
-def check(root: Path, design_name: str) -> tuple[bool, list[FileReport]]:
+def check(target: Target, design: Design) -> tuple[bool, list[FileReport]]:
     """Dry run of `apply`: whether it would succeed, and what it would do per file."""
-    design = DESIGNS[design_name]
-    current = applied_design(root)
-    if current == design_name:
-        return True, [FileReport(path, "applied") for path in _touched_paths(root, design)]
+    current = applied_design(target)
+    if current is design:
+        return True, [FileReport(path, "applied") for path in _touched_paths(target, design)]
     if current is not None:
-        raise PatchError(_other_design_message(root, current, design_name))
+        raise PatchError(_other_design_message(target.root, current, design))
     reports = []
-    dirty = set(_local_edits(root, design))
-    for file_edits in design.file_edits:
-        text = _read(root, file_edits.path)
+    dirty = set(_local_edits(target, design))
+    for file_ops in operations(design, target.release):
+        text = _read(target.root, file_ops.path)
         if text is None:
-            reports.append(FileReport(file_edits.path, "missing", ["the file does not exist"]))
+            reports.append(FileReport(file_ops.path, "missing", ["the file does not exist"]))
             continue
-        _, problems = edit_text(text, file_edits)
-        if file_edits.path in dirty:
-            problems.insert(0, _local_edit_reason(root))
+        problems = [_local_edit_reason(target)] if file_ops.path in dirty else []
+        details = []
+        for operation in file_ops.operations:
+            try:
+                where = operation.located(Source(text, file_ops.path))
+                text = operation.apply(Source(text, file_ops.path))
+                details.append(f"{operation.why} ({where})")
+            except SiteError as error:
+                problems.append(_moved(target.release, file_ops.path, error))
+                break
         if problems:
-            reports.append(FileReport(file_edits.path, "conflict", problems))
+            reports.append(FileReport(file_ops.path, "conflict", problems))
         else:
-            whys = [edit.why for edit in file_edits.edits]
-            reports.append(FileReport(file_edits.path, "would change", whys))
-    for path in sorted(design.added_files()):
-        exists = (root / path).exists()
+            reports.append(FileReport(file_ops.path, "would change", details))
+    for path in sorted(_added_files(target, design)):
+        exists = (target.root / path).exists()
         reports.append(
             FileReport(
-                path,
-                "exists" if exists else "would add",
-                ["already there"] if exists else [],
+                path, "exists" if exists else "would add", ["already there"] if exists else []
             )
         )
     ok = all(report.state in ("would change", "would add") for report in reports)
     return ok, reports
 
 
-def apply(root: Path, design_name: str) -> tuple[bool, list[FileReport]]:
-    """Applies `design_name`; returns (changed, per-file report).  Refuses with PatchError."""
-    design = DESIGNS[design_name]
-    ok, reports = check(root, design_name)
+def apply(target: Target, design: Design) -> tuple[bool, list[FileReport]]:
+    """Applies `design`; returns (changed, per-file report).  Refuses with PatchError."""
+    ok, reports = check(target, design)
     if all(report.state == "applied" for report in reports):
         return False, reports
     if not ok:
@@ -142,62 +156,74 @@ def apply(root: Path, design_name: str) -> tuple[bool, list[FileReport]]:
             for line in report.lines()
         ]
         raise PatchError(
-            f"cannot apply the {design_name} design to {root}; nothing was changed:\n"
+            f"cannot apply the {design} design to {target.root}; nothing was changed:\n"
             + "\n".join(failing)
         )
     changes: dict[str, bytes | None] = {}
-    for file_edits in design.file_edits:
-        text = _read(root, file_edits.path)
-        assert text is not None
-        changes[file_edits.path] = edit_text(text, file_edits)[0].encode("utf-8")
-    changes.update(design.added_files())
-    _write_all(root, changes)
+    for file_ops in operations(design, target.release):
+        original = (target.root / file_ops.path).read_bytes()
+        changes[file_ops.path] = patched_text(target, original.decode(), file_ops).encode()
+        if target.kind is Kind.INSTALLED:
+            changes[f"{ORIGINALS}/{file_ops.path}"] = original
+    changes.update(_added_files(target, design))
+    _write_all(target.root, changes)
     done = {"would change": "changed", "would add": "added"}
     return True, [FileReport(r.path, done[r.state], r.details) for r in reports]
 
 
-def revert(root: Path) -> tuple[str | None, list[FileReport]]:
+def revert(target: Target) -> tuple[Design | None, list[FileReport]]:
     """Takes the applied design back out; returns (design, per-file report) or (None, [])."""
-    design_name = applied_design(root)
-    if design_name is None:
+    design = applied_design(target)
+    if design is None:
         return None, []
-    design = DESIGNS[design_name]
     changes: dict[str, bytes | None] = {}
     reports = []
-    for file_edits in design.file_edits:
-        text = _read(root, file_edits.path)
-        original = None if text is None else unedit_text(text, file_edits)
-        assert original is not None, "applied_design checked every file"
-        changes[file_edits.path] = original.encode("utf-8")
-        reports.append(FileReport(file_edits.path, "restored"))
-    for path in _added_paths(root):
+    for file_ops in operations(design, target.release):
+        kept = target.root / ORIGINALS / file_ops.path
+        if kept.is_file():
+            current = (target.root / file_ops.path).read_bytes()
+            if patched_text(target, kept.read_bytes().decode(), file_ops).encode() != current:
+                raise PatchError(
+                    f"{file_ops.path} was changed after the patch was applied; nothing was "
+                    f"reverted (the file apply replaced is {kept})"
+                )
+            changes[file_ops.path] = kept.read_bytes()
+            reports.append(FileReport(file_ops.path, "restored", ["the file apply replaced"]))
+        else:
+            text = _read(target.root, file_ops.path)
+            assert text is not None
+            changes[file_ops.path] = revert_all(text, file_ops).encode()
+            reports.append(FileReport(file_ops.path, "restored"))
+    for path in _added_paths(target.root):
         changes[path] = None
         reports.append(FileReport(path, "removed"))
-    for path in _bytecode(root):
+    for path in _bytecode(target.root):
         changes[path] = None
-    _write_all(root, changes)
-    _prune_empty_dirs(root, [vendor.VENDORED_PACKAGE, str(Path(fork_test.PATH).parent)])
-    return design_name, reports
+    _write_all(target.root, changes)
+    _prune_empty_dirs(
+        target.root,
+        [vendor.VENDORED_PACKAGE, str(Path(fork_test.PATH).parent), ORIGINALS],
+    )
+    return design, reports
 
 
-def status(root: Path) -> TreeStatus:
-    """The version, the design applied, and the files it touched, with their state."""
-    version = tree.read_version(root)
+def status(target: Target) -> TreeStatus:
+    """The design applied, and the files it touched, with their state."""
     try:
-        design_name = applied_design(root)
+        design = applied_design(target)
     except PatchError as error:
-        return TreeStatus(root, version, None, [], str(error))
-    if design_name is None:
-        return TreeStatus(root, version, None, [])
-    design = DESIGNS[design_name]
-    files = [FileReport(fe.path, "changed") for fe in design.file_edits]
-    files += [FileReport(path, "added") for path in _added_paths(root)]
+        return TreeStatus(target, None, [], str(error))
+    if design is None:
+        return TreeStatus(target, None, [])
+    files = [FileReport(fo.path, "changed") for fo in operations(design, target.release)]
+    files += [FileReport(path, "added") for path in _added_paths(target.root)]
     try:
-        expected = design.added_files()
+        expected = _added_files(target, design)
     except vendor.VendorError as error:
         files.append(FileReport(vendor.VENDORED_PACKAGE, "unknown", [str(error)]))
-        return TreeStatus(root, version, design_name, files)
-    present = {path: (root / path).read_bytes() for path in _added_paths(root)}
+        return TreeStatus(target, design, files)
+    present = {path: (target.root / path).read_bytes() for path in _added_paths(target.root)}
+    present = {p: d for p, d in present.items() if not p.startswith(ORIGINALS)}
     if present != expected:
         stale = sorted(p for p in set(present) | set(expected) if present.get(p) != expected.get(p))
         files.append(
@@ -210,42 +236,56 @@ def status(root: Path) -> TreeStatus:
                 ],
             )
         )
-    return TreeStatus(root, version, design_name, files)
+    return TreeStatus(target, design, files)
 
 
-def _is_applied(root: Path, design: Design) -> bool:
-    for file_edits in design.file_edits:
-        text = _read(root, file_edits.path)
-        if text is None or unedit_text(text, file_edits) is None:
+def spec(design: Design) -> DesignSpec:
+    return DESIGNS[design]
+
+
+def _added_files(target: Target, design: Design) -> dict[str, bytes]:
+    """What the design adds: the vendored package, and the fork's test where the target
+    has a tests/ tree to put it in (not an installed vLLM)."""
+    files = vendor.vendored_files()
+    if target.kind is not Kind.INSTALLED:
+        files[fork_test.PATH] = fork_test.render(design.value).encode("utf-8")
+    return files
+
+
+def _is_applied(target: Target, design: Design) -> bool:
+    for file_ops in operations(design, target.release):
+        text = _read(target.root, file_ops.path)
+        if text is None:
             return False
-    return (root / fork_test.PATH).is_file() and (root / vendor.VENDORED_PACKAGE).is_dir()
+        try:
+            revert_all(text, file_ops)
+        except SiteError:
+            return False
+    return (target.root / vendor.VENDORED_PACKAGE).is_dir()
 
 
-def _leftovers(root: Path) -> list[str]:
-    """Traces of any design in a tree where no whole design is applied."""
-    found = []
-    for path in _added_paths(root):
-        found.append(f"{path} exists")
-    seen: set[str] = set()
-    for design in DESIGNS.values():
-        for file_edits in design.file_edits:
-            text = _read(root, file_edits.path) or ""
-            for edit in file_edits.edits:
-                if edit.replacement in text and file_edits.path not in seen:
-                    seen.add(file_edits.path)
-                    found.append(f"{file_edits.path} has edits ({edit.why})")
+def _leftovers(target: Target) -> list[str]:
+    """Traces of any design in a target where no whole design is applied."""
+    found = [f"{path} exists" for path in _added_paths(target.root)]
+    for path in targets.PATHS:
+        text = _read(target.root, path) or ""
+        if "sr_seed_prefetch" in text or "VLLM_MAMBA_SR_SEED_" in text:
+            found.append(f"{path} has edits")
     return found
 
 
 def _added_paths(root: Path) -> list[str]:
     """The files a design added that are in the tree now: the whole vendored
-    package (whatever runner_hooks held when it was applied) and the fork test."""
-    package = root / vendor.VENDORED_PACKAGE
-    paths = sorted(
-        path.relative_to(root).as_posix()
-        for path in (package.rglob("*") if package.is_dir() else [])
-        if path.is_file() and "__pycache__" not in path.parts
-    )
+    package (whatever runner_hooks held when it was applied), the fork test, and
+    an installed vLLM's kept originals."""
+    paths = []
+    for folder in (vendor.VENDORED_PACKAGE, ORIGINALS):
+        top = root / folder
+        paths += sorted(
+            path.relative_to(root).as_posix()
+            for path in (top.rglob("*") if top.is_dir() else [])
+            if path.is_file() and "__pycache__" not in path.parts
+        )
     if (root / fork_test.PATH).is_file():
         paths.append(fork_test.PATH)
     return paths
@@ -261,35 +301,40 @@ def _bytecode(root: Path) -> list[str]:
     return sorted(path.relative_to(root).as_posix() for path in caches if path.is_file())
 
 
-def _touched_paths(root: Path, design: Design) -> list[str]:
-    return [fe.path for fe in design.file_edits] + _added_paths(root)
+def _touched_paths(target: Target, design: Design) -> list[str]:
+    return [fo.path for fo in operations(design, target.release)] + _added_paths(target.root)
 
 
-def _local_edits(root: Path, design: Design) -> list[str]:
+def _local_edits(target: Target, design: Design) -> list[str]:
     """The files the design changes that carry local edits.
 
     In a git work tree: uncommitted changes (committed fork changes are fine
-    where the anchors still hold).  Outside git there is no history to tell
-    local from committed, so any difference from v0.33.0 counts.
+    where the sites are still found).  Outside git there is no history to tell
+    local from committed, so any difference from the release's file counts.
     """
-    paths = [fe.path for fe in design.file_edits]
-    if tree.is_git_worktree(root):
-        return tree.dirty_paths(root, paths)
+    paths = [fo.path for fo in operations(design, target.release)]
+    if target.kind is Kind.GIT:
+        return dirty_paths(target.root, paths)
+    shipped = pristine_sha256().get(target.release.version, {})
     return [
         path
         for path in paths
-        if (root / path).is_file()
-        and hashlib.sha256((root / path).read_bytes()).hexdigest() != PRISTINE_SHA256[path]
+        if (target.root / path).is_file()
+        and hashlib.sha256((target.root / path).read_bytes()).hexdigest() != shipped.get(path)
     ]
 
 
-def _local_edit_reason(root: Path) -> str:
-    if tree.is_git_worktree(root):
+def _local_edit_reason(target: Target) -> str:
+    if target.kind is Kind.GIT:
         return "has uncommitted changes: commit or stash them first"
-    return f"differs from vLLM v{tree.SUPPORTED_VERSION}'s file (no git here to tell local edits)"
+    return (
+        f"differs from vLLM {target.release.version}'s file, and without git local edits "
+        "cannot be told from the release's code: patch a git checkout instead, or give the "
+        "right --base"
+    )
 
 
-def _other_design_message(root: Path, current: str, wanted: str) -> str:
+def _other_design_message(root: Path, current: Design, wanted: Design) -> str:
     return (
         f"{root} already has the {current} design applied; to switch to {wanted}, run\n"
         f"  sr-prefetch revert {root}\n  sr-prefetch apply {root} --design {wanted}"
@@ -347,7 +392,3 @@ def _prune_empty_dirs(root: Path, relative_dirs: Iterable[str]) -> None:
         while directory != root and directory.is_dir() and not any(directory.iterdir()):
             directory.rmdir()
             directory = directory.parent
-
-
-def _first_line(text: str) -> str:
-    return next((line.strip() for line in text.splitlines() if line.strip()), "")

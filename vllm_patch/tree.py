@@ -1,25 +1,28 @@
-"""Finding a vLLM tree, telling its version, and the pristine v0.33.0 tree in the cache.
+"""Finding the vLLM to patch, telling which release it is based on, and pristine trees.
 
-A vLLM tree is a directory holding the `vllm/` package: a fork's checkout, or
-the pristine tree this module builds from the PyPI release.  The patch is
-written against one release, so every command first checks the version.
+A target is a directory holding the `vllm/` package, of one of three kinds:
+a git tree (a fork's checkout, or a pristine tree this module builds in the
+cache from a PyPI release), an installed vLLM (a site-packages directory, the
+package beside its `vllm-*.dist-info`), or a plain copy of the source.  Every
+command first tells the release the target is based on: from its version
+string, or from `--base`.
 """
 
 from __future__ import annotations
 
+import enum
+import importlib.util
 import os
 import re
 import shutil
 import subprocess
-import sys
 import tempfile
-import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 
-SUPPORTED_VERSION = "0.33.0"
-"""The vLLM release whose source the anchored edits are written against."""
+from . import releases, wheel
+from .releases import Release
 
-PRISTINE_COMMIT_MESSAGE = f"vLLM v{SUPPORTED_VERSION}"
 _ELF_MAGIC = b"\x7fELF"
 _VERSION_ASSIGNMENT = re.compile(
     r"""^__version__\s*=\s*(?:version\s*=\s*)?['"]([^'"]+)['"]""", re.M
@@ -79,15 +82,60 @@ def read_version(root: Path) -> str:
     )
 
 
-def check_version(root: Path) -> str:
-    """The tree's version, or TreeError naming the version found and the one supported."""
+class Kind(str, enum.Enum):
+    """What kind of vLLM a target is; it decides how a patch is kept and taken out."""
+
+    GIT = "git tree"
+    INSTALLED = "installed vLLM"
+    PLAIN = "source tree without git"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class Target:
+    """A vLLM to patch: where it is, what kind, and the release it is based on."""
+
+    root: Path
+    kind: Kind
+    version: str
+    release: Release
+    note: str | None = None
+    """How the release was inferred from the version, where it was not exact."""
+
+
+def resolve(path: Path, base: str | None = None) -> Target:
+    """The target at `path`, its release read from its version or given as `base`."""
+    root = find_tree(path)
     version = read_version(root)
-    if version.split("+", 1)[0] != SUPPORTED_VERSION:
+    if is_git_worktree(root):
+        kind = Kind.GIT
+    elif any(root.glob("vllm-*.dist-info")):
+        kind = Kind.INSTALLED
+    else:
+        kind = Kind.PLAIN
+    try:
+        if base is not None:
+            release, note = releases.get(base), None
+            if version.split("+")[0] != release.version:
+                note = f"vLLM {version}, patched as {release.version} (--base)"
+        else:
+            release, note = releases.base_of(version)
+    except releases.UnsupportedRelease as error:
+        raise TreeError(f"{root}: {error}") from None
+    return Target(root, kind, version, release, note)
+
+
+def installed_root() -> Path:
+    """The site-packages directory of the vLLM this Python imports (found, not imported)."""
+    spec = importlib.util.find_spec("vllm")
+    if spec is None or spec.origin is None:
         raise TreeError(
-            f"{root} is vLLM {version}; sr-prefetch supports vLLM {SUPPORTED_VERSION} only "
-            f"(check out the v{SUPPORTED_VERSION} tag, or a branch based on it)"
+            "this Python imports no vLLM; install one, or give the directory that holds "
+            "the `vllm` package"
         )
-    return version
+    return Path(spec.origin).resolve().parent.parent
 
 
 def is_git_worktree(root: Path) -> bool:
@@ -103,38 +151,48 @@ def dirty_paths(root: Path, relpaths: list[str]) -> list[str]:
 
 
 def cache_dir() -> Path:
-    """Where the wheel and the pristine tree live: $SR_PREFETCH_CACHE or ~/.cache/sr-prefetch."""
+    """Where pristine trees and release files live: $SR_PREFETCH_CACHE or
+    ~/.cache/sr-prefetch."""
     configured = os.environ.get("SR_PREFETCH_CACHE")
     base = Path(configured) if configured else Path.home() / ".cache" / "sr-prefetch"
     return base.expanduser()
 
 
 def wheel_dir() -> Path:
-    """Where the vLLM wheel is downloaded to; CI may fill it first to install from it too."""
+    """Where CI keeps the vLLM wheel it installs for the CPU tests (.ci/install-vllm.sh)."""
     return cache_dir() / "wheels"
 
 
-def pristine_tree() -> Path:
-    """The pristine vLLM v0.33.0 tree as a git repository in the cache, built once.
+def pristine_tree(release: Release = releases.NEWEST) -> Path:
+    """The pristine vLLM tree of `release` as a git repository in the cache, built once.
 
-    Built from the PyPI wheel (downloaded once into `wheel_dir()`): its `vllm/`
-    package, less compiled binaries, which a fork's source tree does not track,
-    committed as "vLLM v0.33.0" and tagged v0.33.0.  The commit stays pristine:
-    the commands change only the work tree, so `HEAD` is always the base to
-    diff and export against.
+    Built from the release's PyPI wheel, read member by member over HTTP ranges
+    (wheel.py; a few MB rather than the whole wheel): its `vllm/` package, less
+    compiled binaries, which a fork's source tree does not track, committed as
+    "vLLM v<release>" and tagged v<release>.  The commit stays pristine: the
+    commands change only the work tree, so `HEAD` is always the base to diff and
+    export against.
     """
-    target = cache_dir() / f"vllm-{SUPPORTED_VERSION}"
+    target = cache_dir() / f"vllm-{release.version}"
     if (target / ".git").is_dir():
         return target
-    wheel = _wheel()
     target.parent.mkdir(parents=True, exist_ok=True)
+    print(f"Fetching the vLLM {release.version} sources from PyPI into {target} (once) ...")
+    try:
+        members = wheel.read_members(release.version)
+    except wheel.WheelError as error:
+        raise TreeError(f"could not fetch vLLM {release.version}: {error}") from None
     staging = Path(tempfile.mkdtemp(prefix=f"{target.name}.", dir=target.parent))
     try:
-        _unpack_sources(wheel, staging)
+        for name, data in members.items():
+            if not name.startswith("vllm/") or data.startswith(_ELF_MAGIC):
+                continue
+            (staging / name).parent.mkdir(parents=True, exist_ok=True)
+            (staging / name).write_bytes(data)
         _git(staging, "init", "--quiet")
         _git(staging, "add", "--all")
-        _commit(staging, PRISTINE_COMMIT_MESSAGE)
-        _git(staging, "tag", f"v{SUPPORTED_VERSION}")
+        _commit(staging, f"vLLM v{release.version}")
+        _git(staging, "tag", f"v{release.version}")
         try:
             staging.rename(target)
         except OSError:
@@ -143,6 +201,23 @@ def pristine_tree() -> Path:
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return target
+
+
+def release_files(release: Release, paths: tuple[str, ...]) -> dict[str, bytes]:
+    """`paths` of `release`'s wheel, read over HTTP ranges once and cached."""
+    folder = cache_dir() / "files" / release.version
+    missing = [path for path in paths if not (folder / path).is_file()]
+    if missing:
+        try:
+            fetched = wheel.read_members(release.version, missing)
+        except wheel.WheelError as error:
+            raise TreeError(f"could not fetch vLLM {release.version}: {error}") from None
+        for path, data in fetched.items():
+            (folder / path).parent.mkdir(parents=True, exist_ok=True)
+            staged = (folder / path).with_name(f".{Path(path).name}.part")
+            staged.write_bytes(data)
+            staged.replace(folder / path)
+    return {path: (folder / path).read_bytes() for path in paths}
 
 
 def clone(source: Path, destination: Path) -> Path:
@@ -160,44 +235,6 @@ def commit_all(root: Path, message: str) -> None:
 def format_patch(root: Path) -> str:
     """HEAD of `root` as a `git am`-able mail."""
     return _git(root, "format-patch", "-1", "--stdout", "HEAD") or ""
-
-
-def _wheel() -> Path:
-    pattern = f"vllm-{SUPPORTED_VERSION}-*.whl"
-    found = sorted(wheel_dir().glob(pattern))
-    if not found:
-        wheel_dir().mkdir(parents=True, exist_ok=True)
-        print(f"Downloading vLLM {SUPPORTED_VERSION} from PyPI into {wheel_dir()} (once) ...")
-        command = [
-            sys.executable,
-            "-m",
-            "pip",
-            "download",
-            "--no-deps",
-            "--only-binary=:all:",
-            f"vllm=={SUPPORTED_VERSION}",
-            "--dest",
-            str(wheel_dir()),
-        ]
-        result = subprocess.run(command, capture_output=True, text=True, check=False)
-        found = sorted(wheel_dir().glob(pattern))
-        if result.returncode != 0 or not found:
-            raise TreeError(
-                f"could not download vLLM {SUPPORTED_VERSION}: {' '.join(command)} exited "
-                f"{result.returncode}:\n{result.stderr.strip()[-2000:]}"
-            )
-    return found[0]
-
-
-def _unpack_sources(wheel: Path, destination: Path) -> None:
-    with zipfile.ZipFile(wheel) as archive:
-        for info in archive.infolist():
-            if info.is_dir() or not info.filename.startswith("vllm/"):
-                continue
-            with archive.open(info) as member:
-                if member.read(len(_ELF_MAGIC)) == _ELF_MAGIC:
-                    continue
-            archive.extract(info, destination)
 
 
 def _commit(root: Path, message: str) -> None:

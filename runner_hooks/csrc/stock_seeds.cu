@@ -1,4 +1,4 @@
-// runner_hooks::stock_seeds(Tensor(a!) out): fills `out` with the values that
+// <namespace>::stock_seeds(Tensor(a!) out): fills `out` with the values that
 // len(out) consecutive stock `torch.randint(0, 2**32, (1,), device=out.device)`
 // calls would return, with one kernel launch, and advances the device's default
 // CUDA generator exactly as those calls would.
@@ -103,7 +103,15 @@ void stock_seeds(const at::Tensor& out) {
 
 }  // namespace
 
+// The namespace comes from the build (seed_kernel.OP_NAMESPACE): runner_hooks here, a
+// vLLM-side one in vLLM's copy. One more macro level expands it before TORCH_LIBRARY
+// pastes and stringifies it.
+#ifndef SR_SEED_OP_NAMESPACE
+#error "build with -DSR_SEED_OP_NAMESPACE=<namespace> (see seed_kernel.py)"
+#endif
+#define SR_SEED_TORCH_LIBRARY(ns, m) TORCH_LIBRARY(ns, m)
+
 // A catch-all kernel, so a tensor on any device reaches the checks above.
-TORCH_LIBRARY(runner_hooks, m) {
+SR_SEED_TORCH_LIBRARY(SR_SEED_OP_NAMESPACE, m) {
   m.def("stock_seeds(Tensor(a!) out) -> ()", &stock_seeds);
 }

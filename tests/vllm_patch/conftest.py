@@ -1,9 +1,9 @@
-"""Fixtures for the sr-prefetch tests: one pristine vLLM v0.33.0 tree per session, a copy per test.
+"""Fixtures for the sr-prefetch tests: pristine vLLM trees per session, a copy per test.
 
-The pristine tree is the one `sr-prefetch apply` builds in its cache
-($SR_PREFETCH_CACHE or ~/.cache/sr-prefetch), so the wheel is downloaded at
-most once per cache.  The tests under patched/ run only inside a patched
-tree, started by test_patched_vllm.py; a plain run does not collect them.
+A pristine tree is the one `sr-prefetch apply` builds in its cache
+($SR_PREFETCH_CACHE or ~/.cache/sr-prefetch) from the release's wheel, read
+over HTTP ranges once per cache.  The tests under patched/ run only inside a
+patched tree, started by test_patched_vllm.py; a plain run does not collect them.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from vllm_patch import tree
+from vllm_patch import releases, tree
 
 PATCHED_TREE_ENV = "SR_PREFETCH_PATCHED_TREE"
 
@@ -23,14 +23,16 @@ collect_ignore = [] if os.environ.get(PATCHED_TREE_ENV) else ["patched"]
 
 @pytest.fixture(scope="session")
 def pristine(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A clean work tree of the cached pristine tree (built, and the wheel fetched,
-    on first use); the cached one's work tree may carry `sr-prefetch apply`'s patch."""
-    return tree.clone(tree.pristine_tree(), tmp_path_factory.mktemp("pristine") / "vllm")
+    """A clean work tree of the cached pristine tree of the newest release (built on
+    first use); the cached one's work tree may carry `sr-prefetch apply`'s patch."""
+    return tree.clone(
+        tree.pristine_tree(releases.NEWEST), tmp_path_factory.mktemp("pristine") / "vllm"
+    )
 
 
 @pytest.fixture
 def vllm_tree(pristine: Path, tmp_path: Path) -> Path:
-    """A fresh git clone of the pristine tree for one test."""
+    """A fresh git clone of the newest release's pristine tree for one test."""
     return tree.clone(pristine, tmp_path / "vllm")
 
 

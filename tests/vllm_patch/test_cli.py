@@ -1,16 +1,33 @@
-"""apply, check, status, revert and export against a pristine vLLM v0.33.0 tree, both designs."""
+"""apply, check, status, revert, export and versions through the sr-prefetch command line,
+both designs, on the newest release's pristine tree: as a git tree, a tree outside git, an
+installed vLLM, and the cached tree that `apply` without PATH patches.
+
+Most tests patch a small tree: the pristine tree's files that sr-prefetch reads or changes,
+nothing else.  It is the same target to the patch at a fraction of a full clone's cost
+(the commands parse the five target files many times over; the other 12,000 files are
+only copied and hashed).  The full tree is patched where the whole tree is the point.
+"""
 
 from __future__ import annotations
 
-import shutil
+import hashlib
+import sys
 from pathlib import Path
 
 import pytest
 
 from tests.vllm_patch.helpers import git, snapshot
-from vllm_patch import cli, edits, fork_test, tree, vendor
+from vllm_patch import cli, fork_test, releases, targets, tree, vendor
+from vllm_patch.designs import DESIGNS
+from vllm_patch.patch import ORIGINALS
+from vllm_patch.releases import NEWEST, Design, Site
+from vllm_patch.targets import envs, ssu_dispatch
 
-DESIGNS = sorted(edits.DESIGNS)
+TREE_FILES = ("vllm/__init__.py", "vllm/_version.py", *targets.PATHS)
+"""What sr-prefetch reads of a tree: the package marker, the version, the files it changes."""
+
+OLDER = releases.get("0.29.0")
+"""A release without the DBO capture site (added in 0.30.0)."""
 
 
 def run(capsys: pytest.CaptureFixture[str], *args: str | Path) -> tuple[int, str]:
@@ -20,151 +37,234 @@ def run(capsys: pytest.CaptureFixture[str], *args: str | Path) -> tuple[int, str
     return status, captured.out + captured.err
 
 
+def commit(root: Path, message: str) -> None:
+    git(root, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", message)
+
+
 def changed_files(root: Path) -> set[str]:
     return {line[3:] for line in git(root, "status", "--porcelain", "-uall").splitlines()}
 
 
-@pytest.mark.parametrize("design", DESIGNS)
+def changed_paths(design: Design) -> set[str]:
+    """The existing files `design` changes in the newest release."""
+    return {file_ops.path for file_ops in targets.file_operations(design, NEWEST)}
+
+
+def added_paths() -> set[str]:
+    """The files either design adds to a git tree: the vendored package and the fork test."""
+    return set(vendor.vendored_files()) | {fork_test.PATH}
+
+
+def small_copy(pristine: Path, root: Path) -> Path:
+    """The files of `pristine` that sr-prefetch reads or changes, copied to `root`."""
+    for path in TREE_FILES:
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_bytes((pristine / path).read_bytes())
+    return root
+
+
+def installed_copy(pristine: Path, site: Path) -> Path:
+    """An installed vLLM: the package (its files that sr-prefetch reads or changes) in a
+    site-packages directory, beside its dist-info."""
+    small_copy(pristine, site)
+    dist_info = site / f"vllm-{NEWEST.version}.dist-info"
+    dist_info.mkdir()
+    (dist_info / "METADATA").write_text(
+        f"Metadata-Version: 2.1\nName: vllm\nVersion: {NEWEST.version}\n"
+    )
+    return site
+
+
+@pytest.fixture
+def small_tree(pristine: Path, tmp_path: Path) -> Path:
+    """A git tree of the pristine tree's files that sr-prefetch reads or changes,
+    committed and tagged as the pristine tree is."""
+    root = small_copy(pristine, tmp_path / "small")
+    git(root, "init", "-q")
+    git(root, "add", "--all")
+    commit(root, f"vLLM v{NEWEST.version}")
+    git(root, "tag", f"v{NEWEST.version}")
+    return root
+
+
+@pytest.fixture
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty sr-prefetch cache for this test ($SR_PREFETCH_CACHE), so that what is
+    patched there is not the shared cache's pristine tree."""
+    folder = tmp_path / "cache"
+    folder.mkdir()
+    monkeypatch.setenv("SR_PREFETCH_CACHE", str(folder))
+    return folder
+
+
+# --- a git tree, both designs -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("design", list(Design), ids=str)
 def test_apply_status_revert(
-    vllm_tree: Path, design: str, capsys: pytest.CaptureFixture[str]
+    vllm_tree: Path, design: Design, capsys: pytest.CaptureFixture[str]
 ) -> None:
     status, out = run(capsys, "apply", vllm_tree, "--design", design)
     assert status == 0, out
-    expected = {fe.path for fe in edits.DESIGNS[design].file_edits}
-    expected |= set(edits.DESIGNS[design].added_files())
+    assert f"Applied the {design} design to vLLM {NEWEST.version} (git tree) at {vllm_tree}" in out
+    expected = changed_paths(design) | added_paths()
     assert changed_files(vllm_tree) == expected
-    for path in expected:
-        assert path in out
+    assert all(path in out for path in expected)
 
     status, out = run(capsys, "status", vllm_tree)
     assert status == 0, out
-    assert "vLLM version: 0.33.0" in out
-    assert f"Design applied: {design}" in out
+    assert f"vLLM version: {NEWEST.version}" in out
+    assert f"Patched as release: {NEWEST.version}" in out
+    assert f"Design applied: {design} ({DESIGNS[design].summary})" in out
     assert all(path in out for path in expected)
 
     status, out = run(capsys, "revert", vllm_tree)
     assert status == 0, out
+    assert f"Reverted the {design} design" in out
     assert git(vllm_tree, "status", "--porcelain", "-uall") == ""
     status, out = run(capsys, "status", vllm_tree)
-    assert "Design applied: none" in out
+    assert status == 0 and "Design applied: none" in out
 
 
-def test_reset_design_edits_the_runners_and_forward_context_does_not() -> None:
-    runners = {edits.V1_RUNNER, edits.V2_RUNNER, edits.V2_CUDAGRAPH}
-    touched = {
-        name: {fe.path for fe in design.file_edits} for name, design in edits.DESIGNS.items()
+def test_the_reset_design_edits_the_runners_and_forward_context_does_not() -> None:
+    assert changed_paths(Design.RESET) == set(targets.PATHS)
+    assert changed_paths(Design.FORWARD_CONTEXT) == {envs.PATH, ssu_dispatch.PATH}
+    forward_context_sites = {
+        operation.site
+        for file_ops in targets.file_operations(Design.FORWARD_CONTEXT, NEWEST)
+        for operation in file_ops.operations
     }
-    assert runners <= touched[edits.RESET]
-    assert touched[edits.FORWARD_CONTEXT] == {edits.ENVS, edits.SSU_DISPATCH}
+    assert forward_context_sites == {None}
 
 
-@pytest.mark.parametrize("design", DESIGNS)
+@pytest.mark.parametrize("design", list(Design), ids=str)
 def test_check_says_per_file_what_apply_would_do(
-    vllm_tree: Path, design: str, capsys: pytest.CaptureFixture[str]
+    small_tree: Path, design: Design, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    before = snapshot(vllm_tree)
-    status, out = run(capsys, "check", vllm_tree, "--design", design)
+    before = snapshot(small_tree)
+    status, out = run(capsys, "check", small_tree, "--design", design)
     assert status == 0, out
-    assert "would apply cleanly" in out
-    for file_edits in edits.DESIGNS[design].file_edits:
-        assert f"would change   {file_edits.path}" in out
-        assert all(edit.why in out for edit in file_edits.edits)
-    assert f"would add      {fork_test.PATH}" in out
-    assert snapshot(vllm_tree) == before
+    assert f"The {design} design would apply cleanly to vLLM {NEWEST.version}" in out
+    for file_ops in targets.file_operations(design, NEWEST):
+        assert f"would change   {file_ops.path}" in out
+        # Each operation's reason, and where in the file it lands.
+        assert all(f"{operation.why} (" in out for operation in file_ops.operations)
+    for path in added_paths():
+        assert f"would add      {path}" in out
+    assert "no such site" not in out  # the newest release has every site
+    assert snapshot(small_tree) == before
 
-    assert run(capsys, "apply", vllm_tree, "--design", design)[0] == 0
-    status, out = run(capsys, "check", vllm_tree, "--design", design)
-    assert status == 0 and "already applied" in out
 
-
-@pytest.mark.parametrize("design", DESIGNS)
+@pytest.mark.parametrize("design", list(Design), ids=str)
 def test_applying_twice_is_a_no_op_that_says_so(
-    vllm_tree: Path, design: str, capsys: pytest.CaptureFixture[str]
+    small_tree: Path, design: Design, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert run(capsys, "apply", vllm_tree, "--design", design)[0] == 0
-    before = snapshot(vllm_tree)
-    status, out = run(capsys, "apply", vllm_tree, "--design", design)
-    assert status == 0
+    assert run(capsys, "apply", small_tree, "--design", design)[0] == 0
+    before = snapshot(small_tree)
+    status, out = run(capsys, "apply", small_tree, "--design", design)
+    assert status == 0, out
     assert "already applied" in out and "nothing to do" in out
-    assert snapshot(vllm_tree) == before
+    status, out = run(capsys, "check", small_tree, "--design", design)
+    assert status == 0 and "already applied" in out, out
+    assert snapshot(small_tree) == before
 
 
-@pytest.mark.parametrize("design", DESIGNS)
+@pytest.mark.parametrize("design", list(Design), ids=str)
 def test_export_applies_with_git_am_and_gives_the_same_files(
-    pristine: Path,
-    vllm_tree: Path,
-    tmp_path: Path,
-    design: str,
-    capsys: pytest.CaptureFixture[str],
+    pristine: Path, tmp_path: Path, design: Design, capsys: pytest.CaptureFixture[str]
 ) -> None:
     mail = tmp_path / f"{design}.patch"
     status, out = run(capsys, "export", "--design", design, "-o", mail)
     assert status == 0, out
+    assert f"against vLLM v{NEWEST.version}" in out and "git am --keep-non-patch" in out
     text = mail.read_text()
-    subject = edits.DESIGNS[design].commit_message.splitlines()[0]
+    subject = DESIGNS[design].commit_message.splitlines()[0]
     assert "Subject: [PATCH] [Mamba] Draw a forward" in text
-    explained = "Call sites" if design == edits.RESET else "identity of vLLM's ForwardContext"
+    explained = "Call sites" if design is Design.RESET else "identity of vLLM's ForwardContext"
     assert explained in " ".join(text.split())
 
     fresh = tree.clone(pristine, tmp_path / "fresh")
-    git(
-        fresh,
-        "-c",
-        "user.name=t",
-        "-c",
-        "user.email=t@t",
-        "am",
-        "--quiet",
-        "--keep-non-patch",
-        str(mail),
-    )
+    git(fresh, "-c", "user.name=t", "-c", "user.email=t@t", "am", "-q", "--keep-non-patch", mail)
     assert git(fresh, "status", "--porcelain", "-uall") == ""
     assert git(fresh, "log", "-1", "--format=%s") == subject + "\n"
 
-    assert run(capsys, "apply", vllm_tree, "--design", design)[0] == 0
-    assert snapshot(fresh) == snapshot(vllm_tree)
-    # A tree patched by git am reads back as applied, and reverts byte for byte.
-    status, out = run(capsys, "status", fresh)
-    assert f"Design applied: {design}" in out
-    assert run(capsys, "revert", fresh)[0] == 0
-    assert git(fresh, "diff", "HEAD~1", "--stat") == ""
+    # A tree patched by git am reads back as applied, and reverts byte for byte ...
+    status, out = run(capsys, "revert", fresh)
+    assert status == 0 and f"Reverted the {design} design" in out, out
+    git(fresh, "add", "--all")
+    assert git(fresh, "diff", "--cached", "--stat", "HEAD~1") == ""
+    # ... and apply, on the reverted tree committed, makes exactly the commit export wrote.
+    commit(fresh, "revert")
+    assert run(capsys, "apply", fresh, "--design", design)[0] == 0
+    git(fresh, "add", "--all")
+    assert git(fresh, "diff", "--cached", "--stat", "HEAD~1") == ""
+
+
+# --- the cached pristine trees --------------------------------------------------------------
+
+
+def test_the_pristine_tree_is_the_newest_release_s_source(pristine: Path) -> None:
+    assert tree.read_version(pristine) == NEWEST.version
+    assert git(pristine, "describe", "--tags").strip() == f"v{NEWEST.version}"
+    assert git(pristine, "log", "--format=%s") == f"vLLM v{NEWEST.version}\n"
+    assert not list(pristine.rglob("*.so")), "compiled binaries are not source"
+    shipped = {
+        path: hashlib.sha256((pristine / path).read_bytes()).hexdigest() for path in targets.PATHS
+    }
+    assert shipped == releases.pristine_sha256()[NEWEST.version]
 
 
 def test_apply_without_a_path_patches_the_cached_pristine_tree(
-    pristine: Path,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
+    pristine: Path, cache: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    cache = tmp_path / "cache"
-    tree.clone(pristine, cache / f"vllm-{tree.SUPPORTED_VERSION}")
-    monkeypatch.setenv("SR_PREFETCH_CACHE", str(cache))
+    cached = tree.clone(pristine, cache / f"vllm-{NEWEST.version}")
     status, out = run(capsys, "apply")
     assert status == 0, out
-    default = cache / f"vllm-{tree.SUPPORTED_VERSION}"
-    assert f"at {default}" in out and "git -C" in out
-    assert f"Design applied: {edits.RESET}" in run(capsys, "status", default)[1]
-    assert git(default, "log", "--format=%s") == f"{tree.PRISTINE_COMMIT_MESSAGE}\n"
+    assert f"at {cached}" in out and f"git -C {cached} diff" in out
+    assert changed_files(cached) == changed_paths(Design.RESET) | added_paths()
+    # The commit stays pristine: HEAD is the base to diff and export against.
+    assert git(cached, "log", "--format=%s") == f"vLLM v{NEWEST.version}\n"
     status, out = run(capsys, "apply")
-    assert status == 0 and "already applied" in out
+    assert status == 0 and "already applied" in out, out
 
 
-def test_the_pristine_tree_is_the_v0_33_0_source(pristine: Path) -> None:
-    assert tree.read_version(pristine) == tree.SUPPORTED_VERSION
-    assert git(pristine, "describe", "--tags").strip() == f"v{tree.SUPPORTED_VERSION}"
-    assert not list(pristine.rglob("*.so")), "compiled binaries are not source"
-    for path, digest in edits.PRISTINE_SHA256.items():
-        assert snapshot(pristine)[path] == digest, path
+def test_base_picks_the_release_that_apply_and_export_patch_without_a_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The older release's pristine tree is built once in the shared cache, and copied to
+    # this test's own.
+    source = tree.pristine_tree(OLDER)
+    monkeypatch.setenv("SR_PREFETCH_CACHE", str(tmp_path / "cache"))
+    cached = tree.clone(source, tmp_path / "cache" / f"vllm-{OLDER.version}")
+    capsys.readouterr()
+
+    mail = tmp_path / "older.patch"
+    status, out = run(capsys, "export", "--base", OLDER.version, "-o", mail)
+    assert status == 0, out
+    assert f"against vLLM v{OLDER.version}" in out
+
+    status, out = run(capsys, "apply", "--base", OLDER.version)
+    assert status == 0, out
+    assert f"vLLM {OLDER.version} (git tree) at {cached}" in out
+    dbo = Site.V2_UBATCH_CAPTURE
+    assert f"no such site   {dbo} (not in vLLM {OLDER.version}; added in 0.30.0)" in out
+    assert tree.resolve(cached).release == OLDER
+    # What apply did to the cached tree is exactly the exported patch.
+    git(cached, "apply", "-R", mail)
+    assert git(cached, "status", "--porcelain", "-uall") == ""
+
+
+# --- what is added, and kept current -------------------------------------------------------
 
 
 def test_vendored_files_equal_what_runner_hooks_produces(
-    vllm_tree: Path, capsys: pytest.CaptureFixture[str]
+    small_tree: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert run(capsys, "apply", vllm_tree)[0] == 0
+    assert run(capsys, "apply", small_tree)[0] == 0
     produced = vendor.vendored_files()
-    package = vllm_tree / vendor.VENDORED_PACKAGE
+    package = small_tree / vendor.VENDORED_PACKAGE
     in_tree = {
-        path.relative_to(vllm_tree).as_posix(): path.read_bytes()
+        path.relative_to(small_tree).as_posix(): path.read_bytes()
         for path in package.rglob("*")
         if path.is_file()
     }
@@ -177,38 +277,117 @@ def test_vendored_files_equal_what_runner_hooks_produces(
 
 
 def test_status_flags_a_vendored_copy_that_runner_hooks_has_moved_past(
-    vllm_tree: Path, capsys: pytest.CaptureFixture[str]
+    small_tree: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert run(capsys, "apply", vllm_tree)[0] == 0
-    hooks = vllm_tree / vendor.VENDORED_PACKAGE / "hooks.py"
+    assert run(capsys, "apply", small_tree)[0] == 0
+    hooks = small_tree / vendor.VENDORED_PACKAGE / "hooks.py"
     hooks.write_text(hooks.read_text() + "# an old copy\n")
-    status, out = run(capsys, "status", vllm_tree)
-    assert status == 0
+    status, out = run(capsys, "status", small_tree)
+    assert status == 0, out
     assert "stale" in out and "sr-prefetch revert" in out
+    # apply has nothing to do, and says the copy is stale.
+    status, out = run(capsys, "apply", small_tree)
+    assert status == 0 and "nothing to do" in out and "stale" in out, out
+
+
+# --- telling the version and the release ----------------------------------------------------
 
 
 def test_status_of_an_unsupported_version_says_so(
-    vllm_tree: Path, capsys: pytest.CaptureFixture[str]
+    small_tree: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    version_file = vllm_tree / "vllm" / "_version.py"
-    version_file.write_text(version_file.read_text().replace("0.33.0", "0.34.1"))
-    out = run(capsys, "status", vllm_tree)[1]
-    assert "vLLM version: 0.34.1 (not supported" in out
+    version_file = small_tree / "vllm" / "_version.py"
+    version_file.write_text(version_file.read_text().replace(NEWEST.version, "0.34.1"))
+    status, out = run(capsys, "status", small_tree)
+    assert status == 1
+    assert "vLLM version: 0.34.1 (" in out
+    assert f"newer than the newest supported release, {NEWEST.version}" in out and "--base" in out
 
 
-def test_version_of_a_fork_checkout_comes_from_its_tag(vllm_tree: Path) -> None:
-    (vllm_tree / "vllm" / "_version.py").unlink()
-    git(vllm_tree, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "drop")
-    assert tree.read_version(vllm_tree) == "0.33.0+1"
+def test_a_fork_checkout_s_version_comes_from_its_tag_and_names_its_base(
+    small_tree: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (small_tree / "vllm" / "_version.py").unlink()
+    commit(small_tree, "drop _version.py")
+    assert tree.read_version(small_tree) == f"{NEWEST.version}+1"
+
+    status, out = run(capsys, "status", small_tree)
+    assert status == 0, out
+    assert f"Note: vLLM {NEWEST.version}+1 is taken to be based on {NEWEST.version}" in out
+    assert f"vLLM version: {NEWEST.version}+1" in out
+    assert f"Patched as release: {NEWEST.version}" in out
+    # Naming the base says what the note inferred: no note.
+    status, out = run(capsys, "status", small_tree, "--base", NEWEST.version)
+    assert status == 0 and "Note:" not in out, out
+
+
+def test_versions_lists_every_release_with_its_pins_and_call_sites(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    status, out = run(capsys, "versions")
+    assert status == 0, out
+    for release in releases.RELEASES:
+        assert f"{release.version}  torch=={release.torch}  " in out
+        assert f"flashinfer-python=={release.flashinfer}" in out
+    absent = sum(not release.has(Site.V2_UBATCH_CAPTURE) for release in releases.RELEASES)
+    assert out.count("not in this release (from 0.30.0)") == absent > 0
+    assert all(str(site) in out for site in Site)
+
+
+def test_versions_with_files_locates_every_call_site(
+    pristine: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The newest release only, its files read from the pristine tree rather than its wheel.
+    monkeypatch.setattr(cli, "RELEASES", (NEWEST,))
+    monkeypatch.setattr(
+        tree, "release_files", lambda release, paths: {p: (pristine / p).read_bytes() for p in paths}
+    )
+    status, out = run(capsys, "versions", "--files")
+    assert status == 0, out
+    assert "NOT FOUND" not in out
+    for site in NEWEST.sites:
+        line = next(line for line in out.splitlines() if line.startswith(f"  {site}  "))
+        assert ".py " in line and " line " in line, line
+
+
+# --- targets other than a git tree ----------------------------------------------------------
 
 
 def test_a_tree_outside_git_is_patched_and_reverted(
     pristine: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    plain = tmp_path / "plain"
-    shutil.copytree(pristine, plain, ignore=shutil.ignore_patterns(".git"))
+    plain = small_copy(pristine, tmp_path / "plain")
     before = snapshot(plain)
-    assert run(capsys, "apply", plain)[0] == 0
-    assert snapshot(plain) != before
+    status, out = run(capsys, "apply", plain)
+    assert status == 0, out
+    assert "(source tree without git)" in out
+    assert (plain / fork_test.PATH).is_file()
     assert run(capsys, "revert", plain)[0] == 0
     assert snapshot(plain) == before
+
+
+def test_an_installed_vllm_keeps_the_files_apply_replaced_and_gets_them_back(
+    pristine: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    site = installed_copy(pristine, tmp_path / "site-packages")
+    before = snapshot(site)
+    status, out = run(capsys, "apply", site)
+    assert status == 0, out
+    assert "(installed vLLM)" in out
+    for path in targets.PATHS:
+        assert (site / path).read_bytes() != (pristine / path).read_bytes()
+        assert (site / ORIGINALS / path).read_bytes() == (pristine / path).read_bytes()
+    assert (site / vendor.VENDORED_PACKAGE / "__init__.py").is_file()
+    assert not (site / fork_test.PATH).exists(), "an installed vLLM has no tests/ tree"
+
+    # --installed is the vLLM this Python imports (found, not imported).
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.delitem(sys.modules, "vllm", raising=False)
+    status, out = run(capsys, "status", "--installed")
+    assert status == 0, out
+    assert f"vLLM tree: {site.resolve()} (installed vLLM)" in out
+    assert f"Design applied: {Design.RESET}" in out
+    status, out = run(capsys, "revert", "--installed")
+    assert status == 0, out
+    assert "the file apply replaced" in out
+    assert snapshot(site) == before

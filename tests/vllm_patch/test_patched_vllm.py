@@ -1,17 +1,19 @@
-"""The patched vLLM imported and exercised for real, on the CPU, for both designs.
+"""The patched vLLM imported and exercised for real, on the CPU, for both designs and two
+releases: the newest (0.33.0) and 0.26.0, the newest that the H200 machine's torch runs.
 
-Each test applies a design to a copy of the pristine tree and runs the tests
+Each test applies a design to a copy of a pristine tree and runs the tests
 under patched/ in a subprocess whose `import vllm` is that tree (a process
-imports one vLLM, and the two designs are two of them), over the installed
-vLLM 0.33.0's pure-Python dependencies: .ci/install-vllm.sh installs them
-with no GPU.  $SR_PREFETCH_VLLM_PYTHON names another interpreter that has
-them; by default it is this one.
+imports one vLLM, and each design and release is another), over the installed
+vLLM 0.33.0's pure-Python dependencies, which 0.26.0's requirements accept too:
+.ci/install-vllm.sh installs them with no GPU.  $SR_PREFETCH_VLLM_PYTHON names
+another interpreter that has them; by default it is this one.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -20,7 +22,9 @@ import pytest
 
 from tests.vllm_patch.conftest import PATCHED_TREE_ENV
 from tests.vllm_patch.helpers import git
-from vllm_patch import cli, edits, patch, tree
+from vllm_patch import cli, patch, releases, tree
+from vllm_patch.releases import Design, Site
+from vllm_patch.syntax import FileOperations, apply_all
 
 REPO = Path(__file__).resolve().parents[2]
 PATCHED_TESTS = "tests/vllm_patch/patched"
@@ -39,10 +43,26 @@ def installed_vllm() -> str | None:
 
 VLLM_VERSION = installed_vllm()
 pytestmark = pytest.mark.skipif(
-    VLLM_VERSION != tree.SUPPORTED_VERSION,
-    reason=f"needs vLLM {tree.SUPPORTED_VERSION} installed for {PYTHON} (found "
+    releases.NEWEST.version != VLLM_VERSION,
+    reason=f"needs vLLM {releases.NEWEST.version} installed for {PYTHON} (found "
     f"{VLLM_VERSION or 'none'}); bash .ci/install-vllm.sh installs it without a GPU",
 )
+RELEASES = ["0.33.0", "0.26.0"]
+
+
+@pytest.fixture(scope="module", params=RELEASES)
+def release_pristine(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Path:
+    release = releases.get(request.param)
+    return tree.clone(
+        tree.pristine_tree(release), tmp_path_factory.mktemp(release.version) / "vllm"
+    )
+
+
+@pytest.fixture
+def release_tree(release_pristine: Path, tmp_path: Path) -> Path:
+    return tree.clone(release_pristine, tmp_path / "vllm")
 
 
 def run_patched_tests(root: Path, design: str, *tests: str) -> subprocess.CompletedProcess[str]:
@@ -51,7 +71,8 @@ def run_patched_tests(root: Path, design: str, *tests: str) -> subprocess.Comple
         "PYTHONPATH": os.pathsep.join([str(root), str(REPO)]),
         "PYTHONDONTWRITEBYTECODE": "1",
         PATCHED_TREE_ENV: str(root),
-        "SR_PREFETCH_PATCHED_DESIGN": design,
+        "SR_PREFETCH_PATCHED_DESIGN": str(design),
+        "SR_PREFETCH_PATCHED_RELEASE": tree.resolve(root).release.version,
     }
     command = [PYTHON, "-m", "pytest", *tests, "-q", "-p", "no:cacheprovider", "-rs"]
     return subprocess.run(
@@ -65,40 +86,52 @@ def run_patched_tests(root: Path, design: str, *tests: str) -> subprocess.Comple
     )
 
 
-@pytest.mark.parametrize("design", sorted(edits.DESIGNS))
+@pytest.mark.parametrize("design", list(Design), ids=str)
 def test_the_patched_vllm_passes_its_cpu_tests(
-    vllm_tree: Path, design: str, capsys: pytest.CaptureFixture[str]
+    release_tree: Path, design: Design, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert cli.main(["apply", str(vllm_tree), "--design", design]) == 0
-    result = run_patched_tests(vllm_tree, design, PATCHED_TESTS)
+    assert cli.main(["apply", str(release_tree), "--design", str(design)]) == 0
+    result = run_patched_tests(release_tree, design, PATCHED_TESTS)
     summary = result.stdout.strip().splitlines()[-1] if result.stdout.strip() else ""
+    version = tree.resolve(release_tree).version
     with capsys.disabled():
-        print(f"\n  patched vLLM, {design} design: {summary}")
+        print(f"\n  patched vLLM {version}, {design} design: {summary}")
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
     assert " passed" in summary and "failed" not in summary
 
 
-RUNNER_CALL_SITES = [
-    pytest.param(file_edits, index, id=f"{Path(file_edits.path).name}-{index}")
-    for file_edits in edits.DESIGNS[edits.RESET].file_edits
-    if file_edits.path in (edits.V1_RUNNER, edits.V2_RUNNER, edits.V2_CUDAGRAPH)
-    for index, edit in enumerate(file_edits.edits)
-    if not edit.why.startswith("import")
-]
+def runner_call_sites() -> list:
+    """Every operation of the reset design that hooks a runner call site, per release."""
+    params = []
+    for version in RELEASES:
+        release = releases.get(version)
+        for file_ops in patch.operations(Design.RESET, release):
+            for index, operation in enumerate(file_ops.operations):
+                if operation.site is not None:
+                    params.append(
+                        pytest.param(
+                            version,
+                            file_ops,
+                            index,
+                            id=f"{version}-{Path(file_ops.path).name}-{index}",
+                        )
+                    )
+    return params
 
 
-@pytest.mark.parametrize(("file_edits", "index"), RUNNER_CALL_SITES)
+@pytest.mark.parametrize(("version", "file_ops", "index"), runner_call_sites())
 def test_removing_any_runner_call_site_fails_a_test(
-    vllm_tree: Path, file_edits: edits.FileEdits, index: int
+    version: str, file_ops: FileOperations, index: int, tmp_path: Path
 ) -> None:
-    assert cli.main(["apply", str(vllm_tree)]) == 0
+    root = tree.clone(tree.pristine_tree(releases.get(version)), tmp_path / "vllm")
+    assert cli.main(["apply", str(root)]) == 0
+    operation = file_ops.operations[index]
     without = dataclasses.replace(
-        file_edits, edits=tuple(e for i, e in enumerate(file_edits.edits) if i != index)
+        file_ops, operations=tuple(op for op in file_ops.operations if op is not operation)
     )
-    pristine_text = git(vllm_tree, "show", f"HEAD:{file_edits.path}")
-    mutant, problems = patch.edit_text(pristine_text, without)
-    assert not problems
-    (vllm_tree / file_edits.path).write_text(mutant)
-    result = run_patched_tests(vllm_tree, edits.RESET, f"{PATCHED_TESTS}/test_runners.py")
-    assert result.returncode == 1, f"no test noticed: {file_edits.edits[index].why}"
+    pristine_text = git(root, "show", f"HEAD:{file_ops.path}")
+    (root / file_ops.path).write_text(apply_all(pristine_text, without))
+    result = run_patched_tests(root, Design.RESET, f"{PATCHED_TESTS}/test_runners.py")
+    assert result.returncode == 1, f"no test noticed: {operation.why} ({Site(operation.site)})"
     assert " failed" in result.stdout.strip().splitlines()[-1]
+    shutil.rmtree(root)

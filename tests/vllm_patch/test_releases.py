@@ -1,0 +1,212 @@
+"""Every supported release, both designs: check is clean, apply then revert gives the
+bytes back, the patched files compile, and the reset design finds every call site the
+release has.  The files come from each release's wheel, a few members read over HTTP
+ranges and cached ($SR_PREFETCH_CACHE), not 19 whole wheels."""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.vllm_patch.helpers import snapshot
+from vllm_patch import cli, patch, releases, targets, tree
+from vllm_patch.releases import RELEASES, Design, Site
+
+VERSIONS = [release.version for release in RELEASES]
+FILES = (*targets.PATHS, "vllm/__init__.py", "vllm/_version.py")
+
+
+def release_tree(root: Path, release: releases.Release, version: str | None = None) -> Path:
+    """A source tree (no git) holding `release`'s files that the patch reads or changes;
+    `version` rewrites its vllm/_version.py, as a fork's build would."""
+    for path, data in tree.release_files(release, FILES).items():
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_bytes(data)
+    if version is not None:
+        (root / "vllm/_version.py").write_text(f"__version__ = version = '{version}'\n")
+    return root
+
+
+def run(capsys: pytest.CaptureFixture[str], *args: str | Path) -> tuple[int, str]:
+    status = cli.main([str(arg) for arg in args])
+    captured = capsys.readouterr()
+    return status, captured.out + captured.err
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_shipped_files_are_the_ones_the_table_records(version: str) -> None:
+    files = tree.release_files(releases.get(version), targets.PATHS)
+    recorded = releases.pristine_sha256()[version]
+    assert {p: hashlib.sha256(d).hexdigest() for p, d in files.items()} == recorded
+
+
+@pytest.mark.parametrize("design", list(Design), ids=str)
+@pytest.mark.parametrize("version", VERSIONS)
+def test_check_apply_revert_on_every_release(
+    version: str, design: Design, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = release_tree(tmp_path, releases.get(version))
+    before = snapshot(root)
+
+    status, out = run(capsys, "check", root, "--design", design)
+    assert status == 0 and "would apply cleanly" in out, out
+    assert snapshot(root) == before
+
+    status, out = run(capsys, "apply", root, "--design", design)
+    assert status == 0, out
+    for file_ops in patch.operations(design, releases.get(version)):
+        text = (root / file_ops.path).read_text()
+        assert text != before[file_ops.path]
+        compile(text, file_ops.path, "exec")
+    status, out = run(capsys, "status", root)
+    assert status == 0 and f"Design applied: {design}" in out, out
+
+    status, out = run(capsys, "revert", root)
+    assert status == 0, out
+    assert snapshot(root) == before
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_the_reset_design_hooks_every_site_the_release_has(
+    version: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    release = releases.get(version)
+    hooked = {
+        operation.site
+        for file_ops in patch.operations(Design.RESET, release)
+        for operation in file_ops.operations
+        if operation.site is not None
+    }
+    assert hooked == set(release.sites)
+    status, out = run(capsys, "check", release_tree(tmp_path, release))
+    assert status == 0, out
+    absent = [site for site in Site if not release.has(site)]
+    for site in absent:
+        assert f"no such site   {site} (not in vLLM {version}" in out
+    assert ("no such site" in out) == bool(absent)
+
+
+def test_the_dbo_capture_site_is_new_in_0_30_0() -> None:
+    assert not releases.get("0.29.0").has(Site.V2_UBATCH_CAPTURE)
+    assert releases.get("0.30.0").has(Site.V2_UBATCH_CAPTURE)
+
+
+@pytest.mark.parametrize(
+    ("version", "base", "inferred"),
+    [
+        ("0.30.0", "0.30.0", False),
+        ("0.30.0+fork.3", "0.30.0", True),
+        ("0.30.0+12", "0.30.0", True),  # git describe: 12 commits past v0.30.0
+        ("0.30.1.dev12+g1a2b3c4", "0.30.0", True),
+        ("0.31.0rc1", "0.30.0", True),
+        ("0.30.0.post1", "0.30.0", True),
+        ("0.34.0.dev3+gabc", "0.33.0", True),
+        ("0.25.2", "0.25.1", True),
+    ],
+)
+def test_a_fork_s_base_is_read_from_its_version(version: str, base: str, inferred: bool) -> None:
+    release, note = releases.base_of(version)
+    assert release.version == base
+    assert (note is not None) == inferred
+
+
+@pytest.mark.parametrize("version", ["0.19.1", "0.20.0.dev5", "0.34.0", "1.2.0", "main"])
+def test_versions_without_a_supported_base_are_refused(version: str) -> None:
+    with pytest.raises(releases.UnsupportedRelease):
+        releases.base_of(version)
+
+
+def git_fork(root: Path, release: releases.Release, version: str) -> Path:
+    """A fork's checkout: `release`'s files, committed, its version string its own."""
+    release_tree(root, release, version)
+    for command in (
+        ["init", "-q"],
+        ["add", "-A"],
+        ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "fork"],
+    ):
+        subprocess.run(["git", *command], cwd=root, check=True)
+    return root
+
+
+def test_a_fork_of_0_30_0_is_patched_as_0_30_0(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = git_fork(tmp_path / "fork", releases.get("0.30.0"), "0.31.0.dev7+gdeadbee")
+    status, out = run(capsys, "apply", root)
+    assert status == 0, out
+    assert "taken to be based on 0.30.0" in out
+    assert "V2 ModelCudaGraphManager.capture ubatch_forward_fn" not in out  # 0.30.0 has it
+    assert tree.resolve(root).release.version == "0.30.0"
+
+
+def test_base_overrides_a_version_that_names_no_release(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = git_fork(tmp_path / "fork", releases.get("0.30.0"), "2.0.0+ourfork")
+    before = snapshot(root)
+    status, out = run(capsys, "apply", root)
+    assert status == 1 and "--base" in out
+    assert snapshot(root) == before
+    status, out = run(capsys, "apply", root, "--base", "0.30.0")
+    assert status == 0, out
+    assert run(capsys, "status", root, "--base", "0.30.0")[1].count("Design applied: reset") == 1
+    assert run(capsys, "revert", root, "--base", "0.30.0")[0] == 0
+    assert snapshot(root) == before
+
+
+def test_an_unknown_base_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = git_fork(tmp_path / "fork", releases.get("0.26.0"), "0.26.0")
+    status, out = run(capsys, "apply", root, "--base", "0.19.0")
+    assert status == 1 and "not a supported release" in out and "0.20.0" in out
+
+
+@pytest.mark.parametrize(
+    ("path", "moved", "names"),
+    [
+        (
+            "vllm/v1/worker/gpu_model_runner.py",
+            ("model_output = self._model_forward(", "model_output = self._run_forward("),
+            ("GPUModelRunner.execute_model", "self._model_forward"),
+        ),
+        (
+            "vllm/v1/worker/gpu/cudagraph_utils.py",
+            ("def forward_fn(cg_mode", "def run_forward(cg_mode"),
+            ("ModelCudaGraphManager.capture.create_forward_fn.forward_fn", "is not defined"),
+        ),
+        (
+            "vllm/model_executor/layers/mamba/ops/ssu_dispatch.py",
+            (
+                "torch.randint(0, 2**32, (1,), device=state.device)\n            if self",
+                "torch.randint(0, 2**31, (1,), device=state.device)\n            if self",
+            ),
+            ("FlashInferSSUBackend.__call__", "torch.randint"),
+        ),
+    ],
+    ids=["v1-execute-model", "v2-capture-forward-fn", "changed-stock-draw"],
+)
+def test_a_moved_site_fails_naming_function_and_release_and_changes_nothing(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    path: str,
+    moved: tuple[str, str],
+    names: tuple[str, ...],
+) -> None:
+    root = git_fork(tmp_path / "fork", releases.get("0.26.0"), "0.26.0")
+    text = (root / path).read_text()
+    assert text.count(moved[0]) == 1
+    (root / path).write_text(text.replace(*moved))
+    subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "move"],
+        cwd=root,
+        check=True,
+    )
+    before = snapshot(root)
+    status, out = run(capsys, "apply", root)
+    assert status == 1
+    assert "nothing was changed" in out
+    assert path in out and "vLLM 0.26.0" in out
+    assert all(name in out for name in names), out
+    assert snapshot(root) == before

@@ -1,0 +1,26 @@
+# Lands in vllm/envs.py, shaped as that file is: each declaration is appended to its
+# `if TYPE_CHECKING:` block, each definition to its `environment_variables` dict. Not
+# added to ignored_factors, so both variables are part of the compile cache hash, like
+# their neighbours. VLLM_MAMBA_SR_SEED_DRAWER: the reset design only.
+
+if TYPE_CHECKING:
+    VLLM_MAMBA_SR_SEED_PREFETCH: bool = False
+    VLLM_MAMBA_SR_SEED_DRAWER: Literal["auto", "kernel", "randint"] = "auto"
+
+environment_variables: dict[str, Callable[[], Any]] = {
+    # If set to 1, the FlashInfer Mamba SSU backend draws a forward's
+    # stochastic-rounding seeds up front instead of one torch.randint before
+    # every SSU call. The seeds are identical to stock. The Triton SSU and
+    # ReplaySSM keep their per-call draw.
+    # No effect without --enable-mamba-cache-stochastic-rounding.
+    "VLLM_MAMBA_SR_SEED_PREFETCH": lambda: bool(
+        int(os.getenv("VLLM_MAMBA_SR_SEED_PREFETCH", "0"))
+    ),
+    # How VLLM_MAMBA_SR_SEED_PREFETCH draws a forward's seeds: "kernel", all of
+    # them in one launch of a small CUDA op built on first use; "randint", the
+    # stock calls on a side stream; "auto", the kernel where it builds, else
+    # randint (the log says which, and why).
+    "VLLM_MAMBA_SR_SEED_DRAWER": env_with_choices(
+        "VLLM_MAMBA_SR_SEED_DRAWER", "auto", ["auto", "kernel", "randint"]
+    ),
+}

@@ -1,0 +1,45 @@
+# Lands in ssu_dispatch.py after the gate (ssu_gate.py): the forward-context design's
+# attach, and how its prefetcher sees forwards and micro-batches.
+
+
+def _attach_sr_seed_prefetcher(
+    mamba_config: MambaConfig,
+    kv_cache_config: KVCacheConfig,
+    use_replayssm: bool = False,
+) -> None:
+    """Attaches a seed prefetcher to the SSU backend where it applies, else
+    none. Runs for each KV cache config (memory profiling, then the real one),
+    so it replaces whatever the previous run attached."""
+    global _sr_seed_prefetcher
+    mamba2_layers = _mamba2_layer_names(kv_cache_config)
+    _sr_seed_prefetcher = None
+    blocker = _sr_seed_prefetch_blocker(mamba_config, kv_cache_config, use_replayssm)
+    if blocker is not None:
+        if envs.VLLM_MAMBA_SR_SEED_PREFETCH:
+            logger.info_once(
+                "VLLM_MAMBA_SR_SEED_PREFETCH is set but unused: %s.", blocker
+            )
+        return
+    num_layers = len(mamba2_layers)
+    _sr_seed_prefetcher = ForwardContextSeedPrefetcher(
+        num_layers,
+        "cuda",
+        current_forward=_current_forward_context,
+        is_micro_batched=_in_micro_batch,
+    )
+    logger.info_once(
+        "Prefetching Mamba stochastic-rounding seeds for %d layers per forward.",
+        num_layers,
+    )
+
+
+def _current_forward_context() -> ForwardContext | None:
+    """The forward context being run, which tells one forward from the next."""
+    return get_forward_context() if is_forward_context_available() else None
+
+
+def _in_micro_batch(forward_context: ForwardContext) -> bool:
+    """Whether the SSU runs in a DBO micro-batch. Each micro-batch runs on its
+    own thread under its own forward context, which carries no mark of it;
+    the ubatching module knows while micro-batch threads run."""
+    return dbo_enabled()

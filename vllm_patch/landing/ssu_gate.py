@@ -1,0 +1,49 @@
+# Lands in ssu_dispatch.py before get_mamba_ssu_backend (both designs), followed by the
+# design's _attach_sr_seed_prefetcher. MAMBA1_TYPE and MAMBA2_TYPE are how the release
+# names the Mamba types: read off initialize_mamba_ssu_backend's own check (an enum
+# from 0.21.0 on, the strings "mamba1" / "mamba2" before).
+
+
+def _mamba2_layer_names(kv_cache_config: KVCacheConfig) -> list[str]:
+    """This rank's Mamba-2 layers, each of which calls the SSU once per forward
+    whose batch has decode tokens."""
+    return [
+        layer_name
+        for group in kv_cache_config.kv_cache_groups
+        if isinstance(group.kv_cache_spec, MambaSpec)
+        and group.kv_cache_spec.mamba_type == MAMBA2_TYPE
+        for layer_name in group.layer_names
+    ]
+
+
+def _sr_seed_prefetch_blocker(
+    mamba_config: MambaConfig,
+    kv_cache_config: KVCacheConfig,
+    use_replayssm: bool,
+) -> str | None:
+    """Why VLLM_MAMBA_SR_SEED_PREFETCH cannot apply here, or None if it can."""
+    if not envs.VLLM_MAMBA_SR_SEED_PREFETCH:
+        return "VLLM_MAMBA_SR_SEED_PREFETCH is not set"
+    if not mamba_config.enable_stochastic_rounding:
+        return "stochastic rounding is off"
+    if mamba_config.backend != MambaBackendEnum.FLASHINFER:
+        # The Triton SSU draws one torch.randint per call as well, inside
+        # selective_state_update; it is left as it is.
+        return "the Mamba SSU backend is not FlashInfer"
+    if use_replayssm:
+        # ReplaySSM has its own SSU call and seed draw, left as they are.
+        return "ReplaySSM is on"
+    from vllm.platforms import current_platform
+
+    if not current_platform.is_cuda():
+        return "the platform is not CUDA"
+    if any(
+        isinstance(group.kv_cache_spec, MambaSpec)
+        and group.kv_cache_spec.mamba_type == MAMBA1_TYPE
+        for group in kv_cache_config.kv_cache_groups
+    ):
+        # Mamba-1 layers call the same SSU, but N counts Mamba-2 layers only.
+        return "the model has Mamba-1 layers"
+    if not _mamba2_layer_names(kv_cache_config):
+        return "the model has no Mamba-2 layers"
+    return None

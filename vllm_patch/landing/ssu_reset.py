@@ -1,0 +1,69 @@
+# Lands in ssu_dispatch.py after the gate (ssu_gate.py): the reset design's attach, the
+# relay its model runners register, and how they tell whether a batch runs the SSU.
+
+
+def _attach_sr_seed_prefetcher(
+    mamba_config: MambaConfig,
+    kv_cache_config: KVCacheConfig,
+    use_replayssm: bool = False,
+) -> None:
+    """Attaches a seed prefetcher to the SSU backend where it applies, else
+    none. Runs for each KV cache config (memory profiling, then the real one),
+    so it replaces whatever the previous run attached."""
+    global _sr_seed_prefetcher, _mamba2_probe_layer
+    mamba2_layers = _mamba2_layer_names(kv_cache_config)
+    _mamba2_probe_layer = mamba2_layers[0] if mamba2_layers else None
+    _sr_seed_prefetcher = None
+    blocker = _sr_seed_prefetch_blocker(mamba_config, kv_cache_config, use_replayssm)
+    if blocker is not None:
+        if envs.VLLM_MAMBA_SR_SEED_PREFETCH:
+            logger.info_once(
+                "VLLM_MAMBA_SR_SEED_PREFETCH is set but unused: %s.", blocker
+            )
+        return
+    num_layers = len(mamba2_layers)
+    _sr_seed_prefetcher = SRSeedPrefetcher(
+        num_layers, "cuda", drawer=envs.VLLM_MAMBA_SR_SEED_DRAWER
+    )
+    logger.info_once(
+        "Prefetching Mamba stochastic-rounding seeds for %d layers per forward.",
+        num_layers,
+    )
+
+
+class MambaSRSeedHook:
+    """Tells the attached seed prefetcher where each forward begins and ends.
+
+    A model runner registers one on its ForwardHooks as it is built. The
+    prefetcher behind it is replaced each time initialize_mamba_ssu_backend
+    runs (memory profiling, then the real KV cache), so the runner holds this
+    stable relay rather than the prefetcher itself.
+    """
+
+    def on_forward_begin(self, info: ForwardInfo) -> None:
+        if _sr_seed_prefetcher is not None:
+            _sr_seed_prefetcher.on_forward_begin(info)
+
+    def on_forward_end(self, info: ForwardInfo) -> None:
+        if _sr_seed_prefetcher is not None:
+            _sr_seed_prefetcher.on_forward_end(info)
+
+
+def batch_runs_mamba_ssu(
+    attn_metadata: dict[str, Any] | list[dict[str, Any]] | None,
+) -> bool:
+    """Whether a forward with this attention metadata calls the Mamba SSU.
+
+    MambaMixer2 calls it only when its batch has decode tokens: prefill-only
+    batches, and the profile run (no Mamba metadata), call it zero times. The
+    decode/prefill split belongs to the batch, so one Mamba-2 layer's metadata
+    tells for all. A list holds one dict per micro-batch.
+    """
+    if _mamba2_probe_layer is None or attn_metadata is None:
+        return False
+    per_ubatch = attn_metadata if isinstance(attn_metadata, list) else [attn_metadata]
+    return any(
+        (metadata := per_layer.get(_mamba2_probe_layer)) is not None
+        and metadata.num_decodes > 0
+        for per_layer in per_ubatch
+    )

@@ -1,0 +1,13 @@
+# Lands beside set_forward_context in ModelCudaGraphManager.capture's forward_fn (the
+# reset design): the warm-up, PIECEWISE and FULL capture forwards. The base capture loop
+# runs a FULL capture with cg_mode NONE, as it runs the warm-up, so the FULL capture is
+# told by the descriptor and the warm-up flag of create_forward_fn.
+
+forward_hooks.forward(
+    ForwardInfo(
+        runs_ssu=batch_runs_mamba_ssu(ATTN_METADATA),
+        full_cudagraph=(
+            desc.cg_mode == CUDAGraphMode.FULL and not warmup
+        ),
+    )
+)

@@ -1,0 +1,117 @@
+"""vllm/envs.py: the variables a design reads, declared for type checkers and defined.
+
+landing/envs.py holds both, shaped as envs.py is; each design takes the
+variables it reads from there.
+"""
+
+from __future__ import annotations
+
+import ast
+import textwrap
+from dataclasses import dataclass
+
+from ..releases import Design
+from ..syntax import FileOperations, Find, InsertStatements, SiteError, Source, landing
+
+PATH = "vllm/envs.py"
+PREFIX = "VLLM_MAMBA_SR_SEED_"
+
+VARIABLES: dict[Design, tuple[str, ...]] = {
+    # The seed document's design draws with randint only; ours lets users pick.
+    Design.RESET: ("VLLM_MAMBA_SR_SEED_PREFETCH", "VLLM_MAMBA_SR_SEED_DRAWER"),
+    Design.FORWARD_CONTEXT: ("VLLM_MAMBA_SR_SEED_PREFETCH",),
+}
+
+
+def _is_type_checking_block(node: ast.AST) -> bool:
+    return (
+        isinstance(node, ast.If)
+        and isinstance(node.test, ast.Name)
+        and (node.test.id == "TYPE_CHECKING")
+    )
+
+
+def _is_ours(name: str | None) -> bool:
+    return name is not None and name.startswith(PREFIX)
+
+
+@dataclass(frozen=True)
+class LastDefinition(Find):
+    """The value of the last entry of the `environment_variables` dict that the patch
+    did not add."""
+
+    def node(self, source: Source) -> ast.AST:
+        table = Find(
+            "",
+            "`environment_variables` dict",
+            lambda n: (
+                isinstance(n, ast.AnnAssign | ast.Assign)
+                and isinstance(n.value, ast.Dict)
+                and "environment_variables"
+                in [
+                    ast.unparse(t) for t in (n.targets if isinstance(n, ast.Assign) else [n.target])
+                ]
+            ),
+            direct=True,
+        ).node(source)
+        assert isinstance(table, ast.AnnAssign | ast.Assign)
+        assert isinstance(table.value, ast.Dict)
+        entries = [
+            value
+            for key, value in zip(table.value.keys, table.value.values, strict=True)
+            if not (isinstance(key, ast.Constant) and _is_ours(str(key.value)))
+        ]
+        if not entries:
+            raise SiteError("the `environment_variables` dict is empty")
+        return entries[-1]
+
+
+def _landing_parts(names: tuple[str, ...]) -> tuple[str, str]:
+    """The declarations and the definitions of `names`, from landing/envs.py."""
+    text = landing("envs.py")
+    source = Source(text, "landing/envs.py")
+    lines = text.splitlines(keepends=True)
+    block = next(n for n in source.tree.body if _is_type_checking_block(n))
+    assert isinstance(block, ast.If)
+    declarations = "".join(
+        source.segment(stmt) + "\n"
+        for stmt in block.body
+        if isinstance(stmt, ast.AnnAssign) and ast.unparse(stmt.target) in names
+    )
+    table = next(n for n in source.tree.body if isinstance(n, ast.AnnAssign))
+    assert isinstance(table.value, ast.Dict)
+    definitions = []
+    previous_end = table.lineno  # the line that opens the dict
+    for key, value in zip(table.value.keys, table.value.values, strict=True):
+        assert isinstance(key, ast.Constant) and value.end_lineno is not None
+        # An entry is its comment lines and its key-value lines.
+        entry = "".join(lines[previous_end : value.end_lineno])
+        previous_end = value.end_lineno
+        if key.value in names:
+            definitions.append(entry)
+    return textwrap.dedent(declarations), textwrap.dedent("".join(definitions))
+
+
+def operations(design: Design) -> FileOperations:
+    declarations, definitions = _landing_parts(VARIABLES[design])
+    return FileOperations(
+        PATH,
+        (
+            InsertStatements(
+                why="declare the env vars for type checkers",
+                at=Find(
+                    "",
+                    "declaration in the `if TYPE_CHECKING:` block",
+                    lambda n: isinstance(n, ast.AnnAssign) and not _is_ours(ast.unparse(n.target)),
+                    pick="last",
+                    within=_is_type_checking_block,
+                ),
+                code=declarations,
+            ),
+            InsertStatements(
+                why="define the env vars, part of the compile cache hash",
+                at=LastDefinition("", "entry of `environment_variables`", lambda n: False),
+                code=definitions,
+            ),
+        ),
+    )

@@ -1,0 +1,226 @@
+"""vllm/model_executor/layers/mamba/ops/ssu_dispatch.py: where the seeds are handed out.
+
+Both designs: `FlashInferSSUBackend.__call__` takes its seed from
+`_next_rand_seed` (the prefetched one, else stock's inline draw), and
+`initialize_mamba_ssu_backend` attaches a prefetcher where it applies.  The
+designs differ in the prefetcher they attach and in what the runners see: the
+reset design adds the relay and `batch_runs_mamba_ssu` for the runners.
+"""
+
+from __future__ import annotations
+
+import ast
+
+from ..releases import Design
+from ..syntax import (
+    FileOperations,
+    Find,
+    InsertStatements,
+    Operation,
+    ReplaceExpression,
+    Source,
+    imports_from,
+    is_call,
+    landing,
+    stdlib_import,
+)
+
+PATH = "vllm/model_executor/layers/mamba/ops/ssu_dispatch.py"
+VENDORED_MODULE = "vllm.model_executor.layers.mamba.ops.sr_seed_prefetch"
+
+STOCK_DRAW = "torch.randint(0, 2**32, (1,), device=state.device)"
+"""Stock's per-call draw in FlashInferSSUBackend.__call__, matched by its syntax."""
+PATCHED_DRAW = "self._next_rand_seed(state.device)"
+
+INIT = "initialize_mamba_ssu_backend"
+
+
+def _same_syntax(expected: str):
+    dump = ast.dump(ast.parse(expected, mode="eval").body)
+    return lambda node: isinstance(node, ast.expr) and ast.dump(node) == dump
+
+
+def _mamba_types(source: Source) -> dict[str, str]:
+    """How this release names the Mamba-1 and Mamba-2 types, read off the check
+    `mamba_type in (MAMBA1, MAMBA2)` of initialize_mamba_ssu_backend."""
+    check = Find(
+        INIT,
+        "check `kv_cache_spec.mamba_type in (<Mamba-1>, <Mamba-2>)`",
+        lambda n: (
+            isinstance(n, ast.Compare)
+            and isinstance(n.ops[0], ast.In)
+            and ast.unparse(n.left).endswith("kv_cache_spec.mamba_type")
+            and isinstance(n.comparators[0], ast.Tuple)
+            and len(n.comparators[0].elts) == 2
+        ),
+        expression=True,
+    ).node(source)
+    assert isinstance(check, ast.Compare) and isinstance(check.comparators[0], ast.Tuple)
+    mamba1, mamba2 = check.comparators[0].elts
+    return {"MAMBA1_TYPE": source.segment(mamba1), "MAMBA2_TYPE": source.segment(mamba2)}
+
+
+def _replayssm_argument(source: Source) -> dict[str, str]:
+    """`use_replayssm` where initialize_mamba_ssu_backend takes it (0.30.0 on)."""
+    function = Find("", f"def {INIT}", lambda n: isinstance(n, ast.FunctionDef) and n.name == INIT)
+    node = function.node(source)
+    assert isinstance(node, ast.FunctionDef)
+    names = [a.arg for a in (*node.args.args, *node.args.kwonlyargs)]
+    return {"USE_REPLAYSSM": "use_replayssm" if "use_replayssm" in names else "False"}
+
+
+def _import_line(code: str, why: str, anchor: str, after: bool) -> InsertStatements:
+    return InsertStatements(
+        why=why,
+        at=Find("", f"`from {anchor} import ...`", imports_from(anchor), direct=True),
+        code=code,
+        after=after,
+    )
+
+
+def _shared(design: Design) -> list[Operation]:
+    """What both designs do, less the design's own imports, state and helpers."""
+    return [
+        _import_line(
+            "import vllm.envs as envs\n",
+            "import vllm.envs for the gate",
+            "vllm.config.mamba",
+            after=False,
+        ),
+        InsertStatements(
+            why="FlashInferSSUBackend._next_rand_seed: the prefetched seed or the stock draw",
+            at=Find(
+                "FlashInferSSUBackend",
+                "__call__ method",
+                lambda n: isinstance(n, ast.FunctionDef) and n.name == "__call__",
+                direct=True,
+            ),
+            code="\n" + landing("ssu_next_rand_seed.py"),
+        ),
+        ReplaceExpression(
+            why="FlashInferSSUBackend.__call__ takes rand_seed from the prefetcher, else inline",
+            at=Find(
+                "FlashInferSSUBackend.__call__",
+                f"`{STOCK_DRAW}`",
+                _same_syntax(STOCK_DRAW),
+                expression=True,
+            ),
+            code=PATCHED_DRAW,
+            patched=Find(
+                "FlashInferSSUBackend.__call__",
+                f"`{PATCHED_DRAW}`",
+                lambda n: is_call(n, "self._next_rand_seed"),
+                expression=True,
+            ),
+            original=STOCK_DRAW,
+        ),
+        InsertStatements(
+            why=f"{INIT} attaches the seed prefetcher where it applies",
+            at=Find(
+                INIT,
+                "early return for KV cache configs without Mamba layers",
+                lambda n: (
+                    isinstance(n, ast.If)
+                    and len(n.body) == 1
+                    and isinstance(n.body[0], ast.Return)
+                    and "MambaSpec" in ast.unparse(n.test)
+                ),
+                direct=True,
+                pick="first",
+            ),
+            code="\n" + landing("ssu_attach_call.py"),
+            names=_replayssm_argument,
+        ),
+    ]
+
+
+def _module_state(code: str, why: str) -> InsertStatements:
+    return InsertStatements(
+        why=why,
+        at=Find(
+            "",
+            "`_mamba_ssu_backend` declaration",
+            lambda n: (
+                isinstance(n, ast.AnnAssign) and ast.unparse(n.target) == "_mamba_ssu_backend"
+            ),
+            direct=True,
+        ),
+        code="\n" + code,
+    )
+
+
+def _helpers(design_code: str, why: str) -> InsertStatements:
+    return InsertStatements(
+        why=why,
+        at=Find(
+            "",
+            "def get_mamba_ssu_backend",
+            lambda n: isinstance(n, ast.FunctionDef) and n.name == "get_mamba_ssu_backend",
+            direct=True,
+        ),
+        code=landing("ssu_gate.py") + "\n\n" + design_code + "\n\n",
+        after=False,
+        names=_mamba_types,
+    )
+
+
+def operations(design: Design) -> FileOperations:
+    if design is Design.RESET:
+        own: list[Operation] = [
+            InsertStatements(
+                why="typing.Any for batch_runs_mamba_ssu's signature",
+                at=Find(
+                    "",
+                    "import of the standard library",
+                    lambda n: stdlib_import(n) and not imports_from("typing")(n),
+                    direct=True,
+                    pick="last",
+                ),
+                code="from typing import Any\n",
+            ),
+            _import_line(
+                f"from {VENDORED_MODULE} import (\n    ForwardInfo,\n    SRSeedPrefetcher,\n)\n",
+                "import the vendored hook contract and prefetcher",
+                "vllm.logger",
+                after=True,
+            ),
+            _module_state(
+                landing("ssu_state_reset.py"),
+                "module state: the attached prefetcher, and the layer whose metadata tells "
+                "whether a batch runs the SSU",
+            ),
+            _helpers(
+                landing("ssu_reset.py"),
+                "the gate, the runner-facing hook relay, and batch_runs_mamba_ssu",
+            ),
+        ]
+    else:
+        own = [
+            _import_line(
+                "from vllm.forward_context import (\n    ForwardContext,\n"
+                "    get_forward_context,\n    is_forward_context_available,\n)\n",
+                "import the forward context, which tells one forward from the next",
+                "vllm.logger",
+                after=False,
+            ),
+            _import_line(
+                f"from {VENDORED_MODULE} import (\n    ForwardContextSeedPrefetcher,\n)\n",
+                "import the vendored prefetcher",
+                "vllm.logger",
+                after=True,
+            ),
+            _import_line(
+                "from vllm.v1.worker.ubatching import dbo_enabled\n",
+                "import DBO's thread registry, which tells micro-batches apart",
+                "vllm.v1.kv_cache_interface",
+                after=True,
+            ),
+            _module_state(
+                landing("ssu_state_forward_context.py"), "module state: the attached prefetcher"
+            ),
+            _helpers(
+                landing("ssu_forward_context.py"),
+                "the gate, and how the prefetcher sees forwards and micro-batches",
+            ),
+        ]
+    return FileOperations(PATH, (*_shared(design), *own))
