@@ -23,7 +23,10 @@ fi
 # pip then warns that vLLM's CUDA requirements are missing: expected, they are left out.
 "$PYTHON" -m pip install --quiet --no-deps "$WHEELS"/vllm-"$VERSION"-*.whl "xgrammar==0.2.8"
 
-# The ranges and pins are vLLM 0.33.0's own requirements where it states them.
+# The ranges and pins are vLLM 0.33.0's own requirements where it states them, but torch:
+# 0.33.0 pins 2.14.0 (a CUDA build); its Python modules import with the CPU torch 2.13.0
+# that the README's test command installs, and so do 0.26.0's (which pins 2.11.0), which
+# test_patched_vllm.py imports over the same packages.
 "$PYTHON" -m pip install --quiet \
     "torch==2.13.0" \
     "transformers>=5.16.1,<5.21.0" \

@@ -26,9 +26,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         return args.run(args)
-    except (tree.TreeError, patch.PatchError, VendorError, OSError) as error:
-        # Writes are undone on failure (patch._write_all), so an OSError too
-        # leaves the target as it was.
+    except BrokenPipeError:
+        # The reader of our output went away (`sr-prefetch ... | head`); the command
+        # itself ran to its end or was refused before writing.
+        return 141
+    except (
+        tree.TreeError,
+        patch.PatchError,
+        releases.UnsupportedRelease,
+        VendorError,
+        OSError,
+    ) as error:
+        # Writes are undone on failure (patch._write_all), so an OSError while
+        # writing leaves the target as it was.
         print(f"sr-prefetch: {error}", file=sys.stderr)
         return 1
 

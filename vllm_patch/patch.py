@@ -216,7 +216,10 @@ def status(target: Target) -> TreeStatus:
     if design is None:
         return TreeStatus(target, None, [])
     files = [FileReport(fo.path, "changed") for fo in operations(design, target.release)]
-    files += [FileReport(path, "added") for path in _added_paths(target.root)]
+    files += [
+        FileReport(path, "kept" if path.startswith(ORIGINALS) else "added")
+        for path in _added_paths(target.root)
+    ]
     try:
         expected = _added_files(target, design)
     except vendor.VendorError as error:
@@ -266,7 +269,12 @@ def _is_applied(target: Target, design: Design) -> bool:
 
 def _leftovers(target: Target) -> list[str]:
     """Traces of any design in a target where no whole design is applied."""
-    found = [f"{path} exists" for path in _added_paths(target.root)]
+    rendered = {fork_test.render(design.value) for design in Design}
+    found = [
+        f"{path} exists"
+        for path in _added_paths(target.root)
+        if path != fork_test.PATH or _read(target.root, path) in rendered
+    ]
     for path in targets.PATHS:
         text = _read(target.root, path) or ""
         if "sr_seed_prefetch" in text or "VLLM_MAMBA_SR_SEED_" in text:

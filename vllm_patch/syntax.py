@@ -269,6 +269,17 @@ class Operation:
         raise NotImplementedError
 
 
+def _join_if_it_fits(code: str, columns: int = 88) -> str:
+    """`f(\n    a, b\n)` as `f(a, b)` where that fits in `columns` (blank lines kept)."""
+    lead = code[: len(code) - len(code.lstrip("\n"))]
+    body = code.strip("\n")
+    lines = body.splitlines()
+    if len(lines) != 3 or not lines[0].endswith("(") or lines[2].strip() != ")":
+        return code
+    joined = lines[0] + lines[1].strip() + ")"
+    return lead + joined + "\n" if len(joined) <= columns else code
+
+
 def _splice(text: str, start: int, end: int, new: str) -> str:
     return text[:start] + new + text[end:]
 
@@ -287,6 +298,9 @@ class InsertStatements(Operation):
     code: str
     after: bool = True
     names: Names = _no_names
+    join_if_it_fits: bool = False
+    """For a one-statement call wrapped as `f(\n    args\n)`: written on one line where
+    that fits vLLM's 88 columns, as ruff would (the arguments may vary by release)."""
 
     def _render(self, source: Source) -> tuple[int, str]:
         stmt = self.at.node(source)
@@ -295,8 +309,8 @@ class InsertStatements(Operation):
         else:
             first = min([stmt.lineno, *(d.lineno for d in getattr(stmt, "decorator_list", []))])
             position = source.line_start(first)
-        code = substitute(self.code, self.names(source))
-        return position, indent(code, source.indent_of(stmt))
+        code = indent(substitute(self.code, self.names(source)), source.indent_of(stmt))
+        return position, _join_if_it_fits(code) if self.join_if_it_fits else code
 
     def apply(self, source: Source) -> str:
         position, new = self._render(source)
@@ -318,44 +332,100 @@ class InsertStatements(Operation):
 @dataclass(frozen=True, kw_only=True)
 class AddWithItem(Operation):
     """A context manager `code` added to the `with` statement `at`, after its item for
-    which `after_item` holds: a line of its own in a parenthesized `with (...)`, else
-    `, code` after that item, so no existing line is re-indented."""
+    which `after_item` holds, on a line of its own.  A `with` that is not parenthesized
+    yet becomes `with (...)`, one item a line, as ruff formats a `with` of several
+    items: its items' lines are the only existing lines re-indented."""
 
     at: Find
     after_item: Callable[[ast.withitem], bool]
     code: str
     names: Names = _no_names
+    step: str = "    "
 
-    def _render(self, source: Source) -> tuple[int, str]:
+    def _with(self, source: Source) -> tuple[ast.With, ast.withitem]:
         stmt = self.at.node(source)
-        assert isinstance(stmt, ast.With | ast.AsyncWith), self.at.what
+        assert isinstance(stmt, ast.With), self.at.what
         items = [i for i in stmt.items if self.after_item(i)]
         if len(items) != 1:
             raise SiteError(f"{self.at.qualname}: the {self.at.what} has no such item")
-        item = items[0]
+        return stmt, items[0]
+
+    @staticmethod
+    def _parenthesized(source: Source, stmt: ast.With) -> bool:
+        return "(" in source.text[source.start(stmt) : source.start(stmt.items[0].context_expr)]
+
+    @staticmethod
+    def _item_end(source: Source, item: ast.withitem) -> int:
+        return source.end(item.optional_vars or item.context_expr)
+
+    def _insertion(self, source: Source) -> tuple[int, str]:
+        """Where, in a parenthesized `with`, the new item's lines go, and the lines."""
+        stmt, item = self._with(source)
         code = substitute(self.code, self.names(source)).rstrip("\n")
-        item_end = source.end(item.optional_vars or item.context_expr)
-        between = source.text[source.start(stmt) : source.start(stmt.items[0].context_expr)]
-        if "(" in between:  # with (\n    a,\n    b,\n):
-            line = (item.optional_vars or item.context_expr).end_lineno or stmt.lineno
-            if not source.text[item_end : source.line_end(line)].strip().startswith(","):
-                raise SiteError(f"{self.at.qualname}: {self.at.what}: item not comma-ended")
-            item_line = source.text[source.line_start(item.context_expr.lineno) :]
-            prefix = item_line[: len(item_line) - len(item_line.lstrip())]
-            return source.line_end(line), indent(code, prefix) + ",\n"
-        # with a(...):  ->  with a(...), code:
-        first, *rest = code.splitlines(keepends=True)
-        body_indent = source.indent_of(stmt)
-        return item_end, ", " + first + indent("".join(rest), body_indent)
+        last = item.optional_vars or item.context_expr
+        line = last.end_lineno or stmt.lineno
+        if (
+            not source.text[self._item_end(source, item) : source.line_end(line)]
+            .strip()
+            .startswith(",")
+        ):
+            raise SiteError(f"{self.at.qualname}: {self.at.what}: item not comma-ended")
+        item_line = source.text[source.line_start(item.context_expr.lineno) :]
+        prefix = item_line[: len(item_line) - len(item_line.lstrip())]
+        return source.line_end(line), indent(code, prefix) + ",\n"
+
+    def _parenthesize(self, source: Source) -> str:
+        """The text with the `with` at `at` written `with (\n    a,\n    b,\n):`."""
+        stmt, _ = self._with(source)
+        outer = source.indent_of(stmt)
+        colon = source.text.index(":", self._item_end(source, stmt.items[-1]))
+        lines = []
+        for item in stmt.items:
+            text = source.text[source.start(item.context_expr) : self._item_end(source, item)]
+            first, _, rest = text.partition("\n")
+            continuation = "\n" + indent(rest, self.step) if rest else ""
+            lines.append(outer + self.step + first + continuation)
+        header = "with (\n" + ",\n".join(lines) + ",\n" + outer + "):"
+        return _splice(source.text, source.start(stmt), colon + 1, header)
 
     def apply(self, source: Source) -> str:
-        position, new = self._render(source)
+        stmt, _ = self._with(source)
+        if not self._parenthesized(source, stmt):
+            source = Source(self._parenthesize(source), source.path)
+        position, new = self._insertion(source)
         return _splice(source.text, position, position, new)
 
     def revert(self, source: Source) -> str:
-        position, new = self._render(source)
+        position, new = self._insertion(source)
         _expect(source, position, new, self.why)
-        return _splice(source.text, position, position + len(new), "")
+        kept = Source(_splice(source.text, position, position + len(new), ""), source.path)
+        # Both ways of writing the `with` before turn into this text: take the one ruff
+        # writes, without parentheses for a single item (a parenthesized single item
+        # would come back without them; the check after revert_all cannot tell).
+        stmt, _ = self._with(kept)
+        single = len(stmt.items) == 1
+        candidate = self._unparenthesize(kept) if single else kept.text
+        if candidate is None or self.apply(Source(candidate, source.path)) != source.text:
+            raise SiteError(f"{self.why}: the `with` is not written as the patch writes it")
+        return candidate
+
+    def _unparenthesize(self, source: Source) -> str | None:
+        stmt, _ = self._with(source)
+        texts = []
+        for item in stmt.items:
+            text = source.text[source.start(item.context_expr) : self._item_end(source, item)]
+            first, _, rest = text.partition("\n")
+            if rest and not all(
+                line.startswith(self.step) or not line.strip() for line in rest.splitlines()
+            ):
+                return None
+            dedented = "\n".join(
+                line[len(self.step) :] if line.strip() else line for line in rest.splitlines()
+            )
+            texts.append(first + ("\n" + dedented if rest else ""))
+        colon = source.text.index(":", self._item_end(source, stmt.items[-1]))
+        header = "with " + ", ".join(texts) + ":"
+        return _splice(source.text, source.start(stmt), colon + 1, header)
 
     def located(self, source: Source) -> str:
         return f"line {self.at.node(source).lineno}"  # type: ignore[attr-defined]

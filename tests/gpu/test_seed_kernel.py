@@ -291,3 +291,37 @@ def test_fresh_process_loads_the_cached_build(drawer: SeedDrawer) -> None:
     assert Path(loaded) == library
     assert [p.stat().st_mtime_ns for p in built] == stamps, "the fresh process rebuilt"
     assert float(elapsed) < 20, f"loading the cached build took {elapsed} s"
+
+
+VENDORED_CHILD = """
+import torch
+from runner_hooks import seed_kernel
+from vllm_patch import vendor
+seed_kernel.OP_NAMESPACE = vendor.OP_NAMESPACE  # what the vendored copy in vLLM sets
+n = 40
+torch.cuda.manual_seed(7)
+stock = [int(torch.randint(0, 2**32, (1,), device="cuda").item()) for _ in range(n)]
+torch.cuda.manual_seed(7)
+out = torch.empty(n, dtype=torch.int64, device="cuda")
+seed_kernel.stock_seeds_op()(out)
+assert out.tolist() == stock, (out.tolist()[:4], stock[:4])
+assert hasattr(torch.ops, vendor.OP_NAMESPACE)
+print(getattr(torch.ops, vendor.OP_NAMESPACE).stock_seeds.default.name())
+"""
+
+
+def test_the_vendored_namespace_builds_its_own_op_with_stock_values() -> None:
+    """vLLM's copy registers the op under vLLM's namespace (vendor.OP_NAMESPACE): a
+    separate build that draws stock's values, beside runner_hooks' own."""
+    repo = Path(seed_kernel.__file__).resolve().parents[1]
+    path = os.pathsep.join(filter(None, [str(repo), os.environ.get("PYTHONPATH")]))
+    child = subprocess.run(
+        [sys.executable, "-c", VENDORED_CHILD],
+        env={**os.environ, "PYTHONPATH": path},
+        capture_output=True,
+        text=True,
+        timeout=420,
+        check=False,
+    )
+    assert child.returncode == 0, child.stderr[-3000:]
+    assert child.stdout.split()[-1] == "_mamba_sr_seed_C::stock_seeds"

@@ -1,17 +1,16 @@
 """apply, check, status, revert, export and versions through the sr-prefetch command line,
-both designs, on the newest release's pristine tree: as a git tree, a tree outside git, an
-installed vLLM, and the cached tree that `apply` without PATH patches.
+both designs, on the newest release's pristine tree: as a git tree, a tree outside git, and
+the cached tree that `apply` without PATH patches (an installed vLLM: test_installed.py).
 
 Most tests patch a small tree: the pristine tree's files that sr-prefetch reads or changes,
-nothing else.  It is the same target to the patch at a fraction of a full clone's cost
-(the commands parse the five target files many times over; the other 12,000 files are
-only copied and hashed).  The full tree is patched where the whole tree is the point.
+nothing else.  It is the same target to the patch, without the cost of cloning and hashing
+the other 12,000 files; the full tree is patched where the whole tree is the point.  The
+test of --base builds vLLM 0.29.0's pristine tree in the cache once (a few seconds).
 """
 
 from __future__ import annotations
 
 import hashlib
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,9 +18,8 @@ import pytest
 from tests.vllm_patch.helpers import git, snapshot
 from vllm_patch import cli, fork_test, releases, targets, tree, vendor
 from vllm_patch.designs import DESIGNS
-from vllm_patch.patch import ORIGINALS
 from vllm_patch.releases import NEWEST, Design, Site
-from vllm_patch.targets import envs, ssu_dispatch
+from vllm_patch.targets import envs, ssu_dispatch, v1_runner, v2_cudagraph, v2_runner
 
 TREE_FILES = ("vllm/__init__.py", "vllm/_version.py", *targets.PATHS)
 """What sr-prefetch reads of a tree: the package marker, the version, the files it changes."""
@@ -63,41 +61,33 @@ def small_copy(pristine: Path, root: Path) -> Path:
     return root
 
 
-def installed_copy(pristine: Path, site: Path) -> Path:
-    """An installed vLLM: the package (its files that sr-prefetch reads or changes) in a
-    site-packages directory, beside its dist-info."""
-    small_copy(pristine, site)
-    dist_info = site / f"vllm-{NEWEST.version}.dist-info"
-    dist_info.mkdir()
-    (dist_info / "METADATA").write_text(
-        f"Metadata-Version: 2.1\nName: vllm\nVersion: {NEWEST.version}\n"
-    )
-    return site
-
-
-@pytest.fixture
-def small_tree(pristine: Path, tmp_path: Path) -> Path:
-    """A git tree of the pristine tree's files that sr-prefetch reads or changes,
-    committed and tagged as the pristine tree is."""
-    root = small_copy(pristine, tmp_path / "small")
+def small_git_copy(pristine: Path, root: Path, release: releases.Release = NEWEST) -> Path:
+    """small_copy, committed and tagged as a pristine tree of `release` is."""
+    small_copy(pristine, root)
     git(root, "init", "-q")
     git(root, "add", "--all")
-    commit(root, f"vLLM v{NEWEST.version}")
-    git(root, "tag", f"v{NEWEST.version}")
+    commit(root, f"vLLM v{release.version}")
+    git(root, "tag", f"v{release.version}")
     return root
 
 
 @pytest.fixture
+def small_tree(pristine: Path, tmp_path: Path) -> Path:
+    """The pristine tree's files that sr-prefetch reads or changes, as a git tree."""
+    return small_git_copy(pristine, tmp_path / "small")
+
+
+@pytest.fixture
 def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """An empty sr-prefetch cache for this test ($SR_PREFETCH_CACHE), so that what is
-    patched there is not the shared cache's pristine tree."""
+    """An empty sr-prefetch cache of this test's own ($SR_PREFETCH_CACHE): what `apply`
+    without PATH patches there is not the shared cache's pristine tree."""
     folder = tmp_path / "cache"
     folder.mkdir()
     monkeypatch.setenv("SR_PREFETCH_CACHE", str(folder))
     return folder
 
 
-# --- a git tree, both designs -------------------------------------------------------------
+# --- a git tree, both designs -----------------------------------------------------------------
 
 
 @pytest.mark.parametrize("design", list(Design), ids=str)
@@ -124,6 +114,8 @@ def test_apply_status_revert(
     assert git(vllm_tree, "status", "--porcelain", "-uall") == ""
     status, out = run(capsys, "status", vllm_tree)
     assert status == 0 and "Design applied: none" in out
+    status, out = run(capsys, "revert", vllm_tree)
+    assert status == 0 and "nothing to revert" in out, out
 
 
 def test_the_reset_design_edits_the_runners_and_forward_context_does_not() -> None:
@@ -171,8 +163,15 @@ def test_applying_twice_is_a_no_op_that_says_so(
 
 @pytest.mark.parametrize("design", list(Design), ids=str)
 def test_export_applies_with_git_am_and_gives_the_same_files(
-    pristine: Path, tmp_path: Path, design: Design, capsys: pytest.CaptureFixture[str]
+    pristine: Path,
+    small_tree: Path,
+    cache: Path,
+    tmp_path: Path,
+    design: Design,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
+    # export patches a clone of the cached pristine tree: here a small copy of it.
+    small_git_copy(pristine, cache / f"vllm-{NEWEST.version}")
     mail = tmp_path / f"{design}.patch"
     status, out = run(capsys, "export", "--design", design, "-o", mail)
     assert status == 0, out
@@ -183,7 +182,7 @@ def test_export_applies_with_git_am_and_gives_the_same_files(
     explained = "Call sites" if design is Design.RESET else "identity of vLLM's ForwardContext"
     assert explained in " ".join(text.split())
 
-    fresh = tree.clone(pristine, tmp_path / "fresh")
+    fresh = small_tree
     git(fresh, "-c", "user.name=t", "-c", "user.email=t@t", "am", "-q", "--keep-non-patch", mail)
     assert git(fresh, "status", "--porcelain", "-uall") == ""
     assert git(fresh, "log", "-1", "--format=%s") == subject + "\n"
@@ -200,7 +199,7 @@ def test_export_applies_with_git_am_and_gives_the_same_files(
     assert git(fresh, "diff", "--cached", "--stat", "HEAD~1") == ""
 
 
-# --- the cached pristine trees --------------------------------------------------------------
+# --- the cached pristine trees ----------------------------------------------------------------
 
 
 def test_the_pristine_tree_is_the_newest_release_s_source(pristine: Path) -> None:
@@ -217,7 +216,7 @@ def test_the_pristine_tree_is_the_newest_release_s_source(pristine: Path) -> Non
 def test_apply_without_a_path_patches_the_cached_pristine_tree(
     pristine: Path, cache: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    cached = tree.clone(pristine, cache / f"vllm-{NEWEST.version}")
+    cached = small_git_copy(pristine, cache / f"vllm-{NEWEST.version}")
     status, out = run(capsys, "apply")
     assert status == 0, out
     assert f"at {cached}" in out and f"git -C {cached} diff" in out
@@ -231,11 +230,11 @@ def test_apply_without_a_path_patches_the_cached_pristine_tree(
 def test_base_picks_the_release_that_apply_and_export_patch_without_a_path(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # The older release's pristine tree is built once in the shared cache, and copied to
-    # this test's own.
-    source = tree.pristine_tree(OLDER)
+    # The older release's pristine tree is built once in the shared cache; this test's
+    # own cache gets a small copy of it.
+    shared = tree.pristine_tree(OLDER)
     monkeypatch.setenv("SR_PREFETCH_CACHE", str(tmp_path / "cache"))
-    cached = tree.clone(source, tmp_path / "cache" / f"vllm-{OLDER.version}")
+    cached = small_git_copy(shared, tree.cache_dir() / f"vllm-{OLDER.version}", OLDER)
     capsys.readouterr()
 
     mail = tmp_path / "older.patch"
@@ -254,7 +253,7 @@ def test_base_picks_the_release_that_apply_and_export_patch_without_a_path(
     assert git(cached, "status", "--porcelain", "-uall") == ""
 
 
-# --- what is added, and kept current -------------------------------------------------------
+# --- what is added, and kept current ----------------------------------------------------------
 
 
 def test_vendored_files_equal_what_runner_hooks_produces(
@@ -290,7 +289,7 @@ def test_status_flags_a_vendored_copy_that_runner_hooks_has_moved_past(
     assert status == 0 and "nothing to do" in out and "stale" in out, out
 
 
-# --- telling the version and the release ----------------------------------------------------
+# --- telling the version and the release ------------------------------------------------------
 
 
 def test_status_of_an_unsupported_version_says_so(
@@ -340,17 +339,27 @@ def test_versions_with_files_locates_every_call_site(
     # The newest release only, its files read from the pristine tree rather than its wheel.
     monkeypatch.setattr(cli, "RELEASES", (NEWEST,))
     monkeypatch.setattr(
-        tree, "release_files", lambda release, paths: {p: (pristine / p).read_bytes() for p in paths}
+        tree,
+        "release_files",
+        lambda release, paths: {p: (pristine / p).read_bytes() for p in paths},
     )
     status, out = run(capsys, "versions", "--files")
     assert status == 0, out
     assert "NOT FOUND" not in out
-    for site in NEWEST.sites:
+    hooked_in = {
+        Site.V1_EXECUTE_MODEL: v1_runner.PATH,
+        Site.V1_DUMMY_RUN: v1_runner.PATH,
+        Site.V2_EXECUTE_MODEL: v2_runner.PATH,
+        Site.V2_CAPTURE: v2_cudagraph.PATH,
+        Site.V2_UBATCH_CAPTURE: v2_cudagraph.PATH,
+    }
+    assert set(hooked_in) == set(NEWEST.sites)
+    for site, path in hooked_in.items():
         line = next(line for line in out.splitlines() if line.startswith(f"  {site}  "))
-        assert ".py " in line and " line " in line, line
+        assert f"{Path(path).name} line " in line, line
 
 
-# --- targets other than a git tree ----------------------------------------------------------
+# --- a tree outside git -----------------------------------------------------------------------
 
 
 def test_a_tree_outside_git_is_patched_and_reverted(
@@ -364,30 +373,3 @@ def test_a_tree_outside_git_is_patched_and_reverted(
     assert (plain / fork_test.PATH).is_file()
     assert run(capsys, "revert", plain)[0] == 0
     assert snapshot(plain) == before
-
-
-def test_an_installed_vllm_keeps_the_files_apply_replaced_and_gets_them_back(
-    pristine: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    site = installed_copy(pristine, tmp_path / "site-packages")
-    before = snapshot(site)
-    status, out = run(capsys, "apply", site)
-    assert status == 0, out
-    assert "(installed vLLM)" in out
-    for path in targets.PATHS:
-        assert (site / path).read_bytes() != (pristine / path).read_bytes()
-        assert (site / ORIGINALS / path).read_bytes() == (pristine / path).read_bytes()
-    assert (site / vendor.VENDORED_PACKAGE / "__init__.py").is_file()
-    assert not (site / fork_test.PATH).exists(), "an installed vLLM has no tests/ tree"
-
-    # --installed is the vLLM this Python imports (found, not imported).
-    monkeypatch.syspath_prepend(str(site))
-    monkeypatch.delitem(sys.modules, "vllm", raising=False)
-    status, out = run(capsys, "status", "--installed")
-    assert status == 0, out
-    assert f"vLLM tree: {site.resolve()} (installed vLLM)" in out
-    assert f"Design applied: {Design.RESET}" in out
-    status, out = run(capsys, "revert", "--installed")
-    assert status == 0, out
-    assert "the file apply replaced" in out
-    assert snapshot(site) == before

@@ -2,17 +2,19 @@
 vllm-*.dist-info, no git), given by path or found as the vLLM this Python imports.
 
 `apply` keeps the files it replaces, `revert` gives them back byte for byte, and
-`status` and `check` read it as they read a tree.  Two installs: vLLM 0.33.0
-installed by pip from the wheel CI already downloads, and vLLM 0.26.0's files
-read from its wheel (a few members) into a directory laid out as pip lays it.
+`status` and `check` read it as they read a tree.  Two pip installs: vLLM 0.33.0
+from the wheel CI already downloads, and vLLM 0.26.0 from a wheel of the few members
+the patch reads, taken from its release wheel over HTTP ranges.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import os
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -30,18 +32,47 @@ def run(capsys: pytest.CaptureFixture[str], *args: str | Path) -> tuple[int, str
     return status, captured.out + captured.err
 
 
-@pytest.fixture
-def site_026(tmp_path: Path) -> Path:
-    """vLLM 0.26.0's patched files, package init, version and dist-info, as pip installs
-    them into site-packages."""
+@pytest.fixture(scope="module")
+def wheel_026(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A wheel of vLLM 0.26.0 holding what the patch reads and changes: those members of
+    the release's wheel, with its own METADATA and WHEEL, and a RECORD for them."""
     release = releases.get("0.26.0")
     dist = "vllm-0.26.0.dist-info"
-    paths = (*targets.PATHS, "vllm/__init__.py", "vllm/_version.py", f"{dist}/METADATA")
+    paths = (*targets.PATHS, "vllm/__init__.py", "vllm/_version.py")
+    files = tree.release_files(release, (*paths, f"{dist}/METADATA", f"{dist}/WHEEL"))
+    record = [f"{path},sha256={_digest(data)},{len(data)}" for path, data in sorted(files.items())]
+    files[f"{dist}/RECORD"] = ("\n".join([*record, f"{dist}/RECORD,,"]) + "\n").encode()
+    wheel = tmp_path_factory.mktemp("wheel") / "vllm-0.26.0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        for path, data in files.items():
+            archive.writestr(path, data)
+    return wheel
+
+
+def _digest(data: bytes) -> str:
+    return base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+
+
+@pytest.fixture
+def site_026(wheel_026: Path, tmp_path: Path) -> Path:
+    """vLLM 0.26.0 installed by pip into a throwaway site-packages directory."""
     site = tmp_path / "site-packages"
-    for path, data in tree.release_files(release, paths).items():
-        (site / path).parent.mkdir(parents=True, exist_ok=True)
-        (site / path).write_bytes(data)
-    (site / dist / "INSTALLER").write_text("pip\n")
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-compile",
+            "--target",
+            str(site),
+            str(wheel_026),
+        ],
+        check=True,
+    )
+    assert (site / "vllm-0.26.0.dist-info" / "INSTALLER").read_text().strip() == "pip"
     return site
 
 

@@ -1,14 +1,26 @@
-"""Every refusal: a clear message, a non-zero exit, and the tree exactly as it was."""
+"""Every refusal: a clear message, exit status 1, and the target exactly as it was.
+
+The trees are small copies of the newest release's pristine tree: its files that
+sr-prefetch reads or changes, nothing else (the same target to the patch, at a
+fraction of a full clone's cost).
+"""
 
 from __future__ import annotations
 
-import shutil
+import sys
 from pathlib import Path
 
 import pytest
 
 from tests.vllm_patch.helpers import git, snapshot
-from vllm_patch import cli, edits
+from vllm_patch import cli, releases, targets
+from vllm_patch.releases import NEWEST, Design
+from vllm_patch.targets import envs, ssu_dispatch, v1_runner, v2_cudagraph
+
+TREE_FILES = ("vllm/__init__.py", "vllm/_version.py", *targets.PATHS)
+"""What sr-prefetch reads of a tree: the package marker, the version, the files it changes."""
+
+TARGET_COMMANDS = ["apply", "check", "revert", "status"]
 
 
 def refused(capsys: pytest.CaptureFixture[str], root: Path, *args: str | Path) -> str:
@@ -21,11 +33,53 @@ def refused(capsys: pytest.CaptureFixture[str], root: Path, *args: str | Path) -
     return captured.out + captured.err
 
 
+def applied(capsys: pytest.CaptureFixture[str], *args: str | Path) -> None:
+    status = cli.main(["apply", *map(str, args)])
+    captured = capsys.readouterr()
+    assert status == 0, captured.out + captured.err
+
+
 def commit(root: Path, message: str) -> None:
     git(root, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", message)
 
 
-@pytest.mark.parametrize("command", ["apply", "check", "revert", "status"])
+def small_copy(pristine: Path, root: Path) -> Path:
+    """The files of `pristine` that sr-prefetch reads or changes, copied to `root`."""
+    for path in TREE_FILES:
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_bytes((pristine / path).read_bytes())
+    return root
+
+
+@pytest.fixture
+def small_tree(pristine: Path, tmp_path: Path) -> Path:
+    """A git tree of the pristine tree's files that sr-prefetch reads or changes,
+    committed and tagged as the pristine tree is."""
+    root = small_copy(pristine, tmp_path / "small")
+    git(root, "init", "-q")
+    git(root, "add", "--all")
+    commit(root, f"vLLM v{NEWEST.version}")
+    git(root, "tag", f"v{NEWEST.version}")
+    return root
+
+
+def set_version(root: Path, version: str) -> None:
+    """Gives the tree at `root` another vLLM version, committed, as a fork's checkout."""
+    version_file = root / "vllm" / "_version.py"
+    version_file.write_text(version_file.read_text().replace(NEWEST.version, version))
+    commit(root, f"v{version}")
+
+
+def replace_once(path: Path, old: str, new: str) -> None:
+    text = path.read_text()
+    assert text.count(old) == 1, f"{old!r} in {path}"
+    path.write_text(text.replace(old, new))
+
+
+# --- what is not a target ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", TARGET_COMMANDS)
 def test_a_path_that_is_not_a_vllm_tree(
     tmp_path: Path, command: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -35,118 +89,207 @@ def test_a_path_that_is_not_a_vllm_tree(
 
 
 def test_the_package_directory_instead_of_the_tree(
-    vllm_tree: Path, capsys: pytest.CaptureFixture[str]
+    small_tree: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    message = refused(capsys, vllm_tree, "apply", vllm_tree / "vllm")
+    message = refused(capsys, small_tree, "apply", small_tree / "vllm")
     assert "give the directory that contains it" in message
 
 
-@pytest.mark.parametrize("command", ["apply", "check", "revert"])
-def test_another_vllm_version(
-    vllm_tree: Path, command: str, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize("command", TARGET_COMMANDS)
+def test_a_path_and_installed_together(
+    small_tree: Path, command: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    version_file = vllm_tree / "vllm" / "_version.py"
-    version_file.write_text(version_file.read_text().replace("0.33.0", "0.34.1"))
-    commit(vllm_tree, "v0.34.1")
-    message = refused(capsys, vllm_tree, command, vllm_tree)
-    assert "is vLLM 0.34.1" in message and "supports vLLM 0.33.0 only" in message
+    message = refused(capsys, small_tree, command, small_tree, "--installed")
+    assert "give PATH or --installed, not both" in message
 
 
-@pytest.mark.parametrize("design", sorted(edits.DESIGNS))
+@pytest.mark.parametrize("command", ["check", "revert", "status"])
+def test_no_target_where_one_is_needed(
+    tmp_path: Path, command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    message = refused(capsys, tmp_path, command)
+    assert f"sr-prefetch {command} needs PATH or --installed" in message
+
+
+def test_installed_where_this_python_imports_no_vllm(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A None entry in sys.modules is how Python says that a module cannot be imported.
+    monkeypatch.setitem(sys.modules, "vllm", None)
+    message = refused(capsys, tmp_path, "apply", "--installed")
+    assert "this Python imports no vLLM" in message
+
+
+# --- releases the patch does not support ------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", TARGET_COMMANDS)
+def test_a_release_newer_than_the_newest_supported(
+    small_tree: Path, command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    set_version(small_tree, "0.34.1")
+    message = refused(capsys, small_tree, command, small_tree)
+    assert f"vLLM 0.34.1 is newer than the newest supported release, {NEWEST.version}" in message
+    assert "say which with --base" in message
+
+
+def test_a_release_before_the_stochastic_rounding_seed_path(
+    small_tree: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    set_version(small_tree, "0.19.1")
+    message = refused(capsys, small_tree, "apply", small_tree)
+    assert "vLLM 0.19.1 predates the stochastic-rounding seed path" in message
+    assert releases.supported() in message
+
+
+@pytest.mark.parametrize("command", ["apply", "export"])
+def test_an_unsupported_base_without_a_path(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    command: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # An empty cache of its own: nothing may be fetched or built for an unsupported release.
+    monkeypatch.setenv("SR_PREFETCH_CACHE", str(tmp_path / "cache"))
+    output = ["-o", tmp_path / "never.patch"] if command == "export" else []
+    message = refused(capsys, tmp_path, command, "--base", "0.19.0", *output)
+    assert "vLLM 0.19.0 is not a supported release" in message
+    assert "0.20.0" in message
+
+
+# --- what the patch must not overwrite --------------------------------------------------------
+
+
+@pytest.mark.parametrize("design", list(Design), ids=str)
 def test_local_edits_in_a_file_it_must_change(
-    vllm_tree: Path, design: str, capsys: pytest.CaptureFixture[str]
+    small_tree: Path, design: Design, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    dispatch = vllm_tree / edits.SSU_DISPATCH
+    dispatch = small_tree / ssu_dispatch.PATH
     dispatch.write_text(dispatch.read_text() + "# a local edit\n")
-    message = refused(capsys, vllm_tree, "apply", vllm_tree, "--design", design)
-    assert edits.SSU_DISPATCH in message and "uncommitted changes" in message
-    assert "nothing was changed" in message
+    message = refused(capsys, small_tree, "apply", small_tree, "--design", design)
+    assert f"conflict       {ssu_dispatch.PATH}" in message
+    assert "has uncommitted changes" in message and "nothing was changed" in message
 
 
 def test_local_edits_outside_git(
     pristine: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    plain = tmp_path / "plain"
-    shutil.copytree(pristine, plain, ignore=shutil.ignore_patterns(".git"))
-    envs = plain / edits.ENVS
-    envs.write_text(envs.read_text() + "# a local edit\n")
+    plain = small_copy(pristine, tmp_path / "plain")
+    local = plain / envs.PATH
+    local.write_text(local.read_text() + "# a local edit\n")
     message = refused(capsys, plain, "apply", plain)
-    assert edits.ENVS in message and "differs from vLLM v0.33.0" in message
+    assert f"conflict       {envs.PATH}" in message
+    assert f"differs from vLLM {NEWEST.version}'s file" in message
+    assert "patch a git checkout instead" in message
 
 
 @pytest.mark.parametrize(
-    ("applied", "wanted"),
-    [(edits.RESET, edits.FORWARD_CONTEXT), (edits.FORWARD_CONTEXT, edits.RESET)],
+    ("applied_design", "wanted"),
+    [(Design.RESET, Design.FORWARD_CONTEXT), (Design.FORWARD_CONTEXT, Design.RESET)],
+    ids=str,
 )
 def test_the_other_design_already_applied(
-    vllm_tree: Path, applied: str, wanted: str, capsys: pytest.CaptureFixture[str]
+    small_tree: Path, applied_design: Design, wanted: Design, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert cli.main(["apply", str(vllm_tree), "--design", applied]) == 0
-    capsys.readouterr()
+    applied(capsys, small_tree, "--design", applied_design)
     for command in ("apply", "check"):
-        message = refused(capsys, vllm_tree, command, vllm_tree, "--design", wanted)
-        assert f"already has the {applied} design applied" in message
-        assert f"sr-prefetch revert {vllm_tree}" in message
-        assert f"sr-prefetch apply {vllm_tree} --design {wanted}" in message
+        message = refused(capsys, small_tree, command, small_tree, "--design", wanted)
+        assert f"already has the {applied_design} design applied" in message
+        assert f"sr-prefetch revert {small_tree}" in message
+        assert f"sr-prefetch apply {small_tree} --design {wanted}" in message
 
 
-def test_an_anchor_the_fork_changed_is_named_with_the_reason(
-    vllm_tree: Path, capsys: pytest.CaptureFixture[str]
+# --- sites and files the fork moved -----------------------------------------------------------
+
+
+def test_a_site_the_fork_moved_is_named_with_its_function_and_release(
+    small_tree: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    runner = vllm_tree / edits.V1_RUNNER
-    runner.write_text(runner.read_text().replace("outputs = self.model(", "outputs = self.fwd("))
-    commit(vllm_tree, "a fork change")
-    for command in ("check", "apply"):
-        message = refused(capsys, vllm_tree, command, vllm_tree)
-        assert f"conflict       {edits.V1_RUNNER}" in message
-        assert "anchor 4 (_dummy_run:" in message and "not found" in message
-        assert "it begins 'slot_mapping=slot_mappings,'" in message
+    # The fork renamed the model call in _dummy_run: the hooks have no `with` to join.
+    runner = small_tree / v1_runner.PATH
+    replace_once(runner, "outputs = self.model(", "outputs = self.forward_model(")
+    commit(small_tree, "a fork change")
+    for command, verdict in (("check", "would NOT apply"), ("apply", "nothing was changed")):
+        message = refused(capsys, small_tree, command, small_tree)
+        assert verdict in message
+        assert f"conflict       {v1_runner.PATH}" in message
+        # The file, the function, what is not there, and the release.
+        assert (
+            f"{v1_runner.PATH}: GPUModelRunner._dummy_run: no `with set_forward_context(...)` "
+            f"statement around `self.model(...)` (vLLM {NEWEST.version})"
+        ) in message
 
 
-def test_a_duplicated_anchor_is_refused(
-    vllm_tree: Path, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize(
+    ("old", "new", "reason"),
+    [
+        (
+            "        rand_seed = (\n",
+            "        spare_seed = torch.randint(0, 2**32, (1,), device=state.device)\n"
+            "        rand_seed = (\n",
+            "FlashInferSSUBackend.__call__: 2 of `torch.randint(0, 2**32, (1,), "
+            "device=state.device)`, expected one",
+        ),
+        (
+            "\ndef get_mamba_ssu_backend(",
+            "\nclass FlashInferSSUBackend:\n    pass\n\n\ndef get_mamba_ssu_backend(",
+            "FlashInferSSUBackend is defined 2 times",
+        ),
+    ],
+    ids=["stock-draw-twice", "backend-class-twice"],
+)
+def test_a_site_found_twice_is_refused(
+    small_tree: Path, old: str, new: str, reason: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    envs = vllm_tree / edits.ENVS
-    envs.write_text(
-        envs.read_text().replace(
-            "    VLLM_ENABLE_HPC_OPS: bool = False\n",
-            "    VLLM_ENABLE_HPC_OPS: bool = False\n" * 2,
-        )
-    )
-    commit(vllm_tree, "a fork change")
-    message = refused(capsys, vllm_tree, "apply", vllm_tree)
-    assert "found 2 times, must be unique" in message
+    replace_once(small_tree / ssu_dispatch.PATH, old, new)
+    commit(small_tree, "a fork change")
+    # ssu_dispatch.py's sites are both designs'; forward-context is the quicker to check.
+    message = refused(capsys, small_tree, "apply", small_tree, "--design", Design.FORWARD_CONTEXT)
+    assert f"conflict       {ssu_dispatch.PATH}" in message
+    assert f"{ssu_dispatch.PATH}: {reason} (vLLM {NEWEST.version})" in message
 
 
-def test_a_partly_patched_tree(vllm_tree: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli.main(["apply", str(vllm_tree)]) == 0
-    capsys.readouterr()
-    git(vllm_tree, "checkout", "--", edits.V1_RUNNER)
-    for command in ("apply", "revert"):
-        message = refused(capsys, vllm_tree, command, vllm_tree)
+def test_a_file_the_patch_changes_is_missing(
+    small_tree: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    git(small_tree, "rm", "-q", v2_cudagraph.PATH)
+    commit(small_tree, "a fork without the V2 graph manager")
+    message = refused(capsys, small_tree, "apply", small_tree)
+    assert f"missing        {v2_cudagraph.PATH}" in message
+    assert "the file does not exist" in message and "nothing was changed" in message
+
+
+# --- half states ------------------------------------------------------------------------------
+
+
+def test_a_partly_patched_tree(small_tree: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    applied(capsys, small_tree)
+    git(small_tree, "checkout", "--", v1_runner.PATH)
+    for command in ("apply", "revert", "status"):
+        message = refused(capsys, small_tree, command, small_tree)
         assert "partly patched" in message
-    status = cli.main(["status", str(vllm_tree)])
-    assert status == 1 and "partly patched" in capsys.readouterr().out
+    assert "Design applied: none whole" in message
 
 
 def test_an_edited_patched_line_blocks_revert(
-    vllm_tree: Path, capsys: pytest.CaptureFixture[str]
+    small_tree: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert cli.main(["apply", str(vllm_tree)]) == 0
-    capsys.readouterr()
-    dispatch = vllm_tree / edits.SSU_DISPATCH
-    dispatch.write_text(
-        dispatch.read_text().replace(
-            "_attach_sr_seed_prefetcher(mamba_config",
-            "_attach_sr_seed_prefetcher(  mamba_config",
-        )
+    applied(capsys, small_tree, "--design", Design.FORWARD_CONTEXT)
+    # One space more in the call the patch added to initialize_mamba_ssu_backend.
+    replace_once(
+        small_tree / ssu_dispatch.PATH,
+        "    _attach_sr_seed_prefetcher(\n",
+        "    _attach_sr_seed_prefetcher( \n",
     )
-    message = refused(capsys, vllm_tree, "revert", vllm_tree)
-    assert "partly patched" in message
+    message = refused(capsys, small_tree, "revert", small_tree)
+    assert "partly patched" in message and f"{ssu_dispatch.PATH} has edits" in message
+
+
+# --- failed writes ----------------------------------------------------------------------------
 
 
 def test_a_failed_write_leaves_the_tree_as_it_was(
-    vllm_tree: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    small_tree: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     real_replace = Path.replace
     calls = []
@@ -158,6 +301,27 @@ def test_a_failed_write_leaves_the_tree_as_it_was(
         return real_replace(self, target)
 
     monkeypatch.setattr(Path, "replace", failing_replace)
-    assert "disk full" in refused(capsys, vllm_tree, "apply", vllm_tree)
+    assert "disk full" in refused(capsys, small_tree, "apply", small_tree)
     assert len(calls) == 4
-    assert git(vllm_tree, "status", "--porcelain", "-uall") == ""
+    assert git(small_tree, "status", "--porcelain", "-uall") == ""
+
+
+def test_a_failed_removal_leaves_the_patched_tree_as_it_was(
+    small_tree: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    applied(capsys, small_tree, "--design", Design.FORWARD_CONTEXT)
+    real_unlink = Path.unlink
+    calls = []
+
+    def failing_unlink(self: Path, missing_ok: bool = False) -> None:
+        calls.append(self)
+        if len(calls) == 3:
+            raise OSError("read-only file system")
+        real_unlink(self, missing_ok=missing_ok)
+
+    with monkeypatch.context() as failing:
+        failing.setattr(Path, "unlink", failing_unlink)
+        assert "read-only file system" in refused(capsys, small_tree, "revert", small_tree)
+    assert len(calls) >= 3
+    status = cli.main(["status", str(small_tree)])
+    assert status == 0 and f"Design applied: {Design.FORWARD_CONTEXT}" in capsys.readouterr().out

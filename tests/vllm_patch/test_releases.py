@@ -210,3 +210,39 @@ def test_a_moved_site_fails_naming_function_and_release_and_changes_nothing(
     assert path in out and "vLLM 0.26.0" in out
     assert all(name in out for name in names), out
     assert snapshot(root) == before
+
+
+@pytest.mark.parametrize(
+    ("version", "design"),
+    [("0.20.0", Design.RESET), ("0.26.0", Design.RESET), ("0.26.0", Design.FORWARD_CONTEXT)],
+    ids=lambda value: str(value),
+)
+def test_export_writes_a_patch_that_git_am_applies_to_that_release(
+    version: str, design: Design, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    mail = tmp_path / "sr-prefetch.patch"
+    status, out = run(capsys, "export", "--design", design, "--base", version, "-o", mail)
+    assert status == 0, out
+    assert f"against vLLM v{version}" in out
+    fork = tree.clone(tree.pristine_tree(releases.get(version)), tmp_path / "fork")
+    subprocess.run(
+        [
+            "git",
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t",
+            "am",
+            "-q",
+            "--keep-non-patch",
+            str(mail),
+        ],
+        cwd=fork,
+        check=True,
+    )
+    subject = subprocess.run(
+        ["git", "log", "-1", "--format=%s"], cwd=fork, capture_output=True, text=True, check=True
+    ).stdout
+    assert subject.startswith("[Mamba] ")
+    status, out = run(capsys, "status", fork)
+    assert status == 0 and f"Design applied: {design}" in out, out

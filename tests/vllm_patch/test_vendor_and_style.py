@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import fnmatch
 import shutil
 import subprocess
 import sys
@@ -10,7 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from vllm_patch import cli, edits, fork_test, vendor
+from vllm_patch import fork_test, patch, releases, targets, tree, vendor
+from vllm_patch.releases import NEWEST, Design
+from vllm_patch.syntax import LANDING_DIR
+
+REPO = Path(__file__).resolve().parents[2]
 
 VLLM_RUFF = [
     "--line-length=88",
@@ -26,6 +31,29 @@ def ruff(*args: str | Path) -> subprocess.CompletedProcess[str]:
         text=True,
         check=False,
     )
+
+
+@pytest.fixture(scope="module", params=list(Design), ids=str)
+def patched(
+    request: pytest.FixtureRequest, pristine: Path, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Design, Path]:
+    """The pristine tree's files that the patch reads or changes, copied, with a design
+    applied: shared by the tests that only read it."""
+    design: Design = request.param
+    root = tmp_path_factory.mktemp(f"patched-{design}")
+    for path in ("vllm/__init__.py", "vllm/_version.py", *targets.PATHS):
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_bytes((pristine / path).read_bytes())
+    changed, _ = patch.apply(tree.resolve(root), design)
+    assert changed
+    return design, root
+
+
+def changed_files(design: Design, root: Path) -> list[Path]:
+    return [root / file_ops.path for file_ops in targets.file_operations(design, NEWEST)]
+
+
+# --- vendoring --------------------------------------------------------------------------------
 
 
 def test_a_module_gets_vllms_header_and_logger() -> None:
@@ -83,21 +111,83 @@ def test_the_vendored_package_imports_relatively_and_logs_through_vllm() -> None
                 assert node.level > 0 or not node.module.startswith("runner_hooks"), path
 
 
-@pytest.mark.parametrize("design", sorted(edits.DESIGNS))
-def test_the_code_put_into_vllm_is_formatted_and_linted_as_vllm_does(
-    vllm_tree: Path, design: str, capsys: pytest.CaptureFixture[str]
-) -> None:
-    assert cli.main(["apply", str(vllm_tree), "--design", design]) == 0
-    capsys.readouterr()
-    changed = [vllm_tree / fe.path for fe in edits.DESIGNS[design].file_edits]
-    test_file = vllm_tree / fork_test.PATH
-    lint = ruff("check", *VLLM_RUFF, "--select=E,F,W,I", "--ignore=E731", test_file, *changed)
+def test_the_vendored_op_is_not_registered_under_runner_hooks() -> None:
+    # The op namespace: vendor.py gives the vendored CUDA op a vLLM-side torch.ops
+    # namespace (work in progress elsewhere). Whatever it is named, no vendored file may
+    # register or call the op under runner_hooks' own: a process that loads both ops
+    # would register that namespace twice, which torch refuses.
+    for path, data in vendor.vendored_files().items():
+        assert b"runner_hooks::" not in data, path
+        assert b"torch.ops.runner_hooks" not in data, path
+
+
+def package_data() -> dict[str, list[str]]:
+    """pyproject.toml's package data: package -> the globs of its non-module files."""
+    tomllib = pytest.importorskip("tomllib", reason="reading pyproject.toml needs Python 3.11")
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
+    return pyproject["tool"]["setuptools"]["package-data"]
+
+
+def shipped(package: str, relative: str) -> bool:
+    return any(fnmatch.fnmatch(relative, glob) for glob in package_data().get(package, []))
+
+
+def test_the_cuda_sources_ship_as_package_data_and_are_vendored() -> None:
+    source = vendor.source_dir()
+    sources = sorted(path.relative_to(source).as_posix() for path in (source / "csrc").iterdir())
+    assert sources, "runner_hooks has no CUDA sources"
+    vendored = vendor.vendored_files()
+    for name in sources:
+        # A wheel of runner_hooks carries them: the kernel drawer compiles them on first use ...
+        assert shipped(vendor.SOURCE_PACKAGE, name), name
+        # ... and the vendored copy has them beside its modules, as runner_hooks does.
+        assert f"{vendor.VENDORED_PACKAGE}/{name}" in vendored, name
+
+
+def test_sr_prefetch_ships_the_landing_code_and_the_release_table() -> None:
+    package = REPO / "vllm_patch"
+    read_at_run_time = [
+        *sorted(LANDING_DIR.glob("*.py")),
+        Path(releases.__file__).with_name("pristine_sha256.json"),
+    ]
+    for path in read_at_run_time:
+        assert shipped("vllm_patch", path.relative_to(package).as_posix()), path
+
+
+# --- vLLM's style -----------------------------------------------------------------------------
+
+
+def test_the_code_put_into_vllm_is_linted_as_vllm_does(patched: tuple[Design, Path]) -> None:
+    design, root = patched
+    test_file = root / fork_test.PATH
+    lint = ruff(
+        "check",
+        *VLLM_RUFF,
+        "--select=E,F,W,I",
+        "--ignore=E731",
+        test_file,
+        *changed_files(design, root),
+    )
     assert lint.returncode == 0, lint.stdout
     lint = ruff("check", *VLLM_RUFF, "--select=UP,B,SIM,RUF", test_file)
     assert lint.returncode == 0, lint.stdout
-    formatted = ruff("format", "--check", *VLLM_RUFF[:2], test_file, *changed)
+
+
+def test_the_code_put_into_vllm_is_formatted_as_vllm_does(
+    patched: tuple[Design, Path],
+) -> None:
+    design, root = patched
+    formatted = ruff(
+        "format", "--check", *VLLM_RUFF[:2], root / fork_test.PATH, *changed_files(design, root)
+    )
     assert formatted.returncode == 0, formatted.stdout + formatted.stderr
-    # The vendored modules keep runner_hooks' own line length (100); the rest is vLLM's.
-    vendored = vllm_tree / vendor.VENDORED_PACKAGE
-    lint = ruff("check", *VLLM_RUFF, "--select=E,F,W,I,UP", "--ignore=E501", vendored)
+
+
+def test_the_vendored_package_is_linted_and_formatted_as_vllm_does(
+    patched: tuple[Design, Path],
+) -> None:
+    vendored = patched[1] / vendor.VENDORED_PACKAGE
+    lint = ruff("check", *VLLM_RUFF, "--select=E,F,W,I,UP", vendored)
     assert lint.returncode == 0, lint.stdout
+    formatted = ruff("format", "--check", *VLLM_RUFF[:2], vendored)
+    assert formatted.returncode == 0, formatted.stdout + formatted.stderr

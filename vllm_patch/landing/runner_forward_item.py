@@ -1,6 +1,7 @@
-# Lands beside a model runner's `set_forward_context(...)` (the reset design), as another
-# context manager of the same `with`. ATTN_METADATA, UBATCH_SLICES and CUDAGRAPH_MODE are
-# read off that set_forward_context call, so the hooks see the forward it opens.
+# Lands beside a model runner's `set_forward_context(...)` (the reset design), as
+# another context manager of the same `with`. ATTN_METADATA, UBATCH_SLICES and
+# CUDAGRAPH_MODE are read off that set_forward_context call, so the hooks see the
+# forward it opens.
 
 self.forward_hooks.forward(
     ForwardInfo(

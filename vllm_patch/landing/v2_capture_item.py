@@ -1,7 +1,7 @@
 # Lands beside set_forward_context in ModelCudaGraphManager.capture's forward_fn (the
-# reset design): the warm-up, PIECEWISE and FULL capture forwards. The base capture loop
-# runs a FULL capture with cg_mode NONE, as it runs the warm-up, so the FULL capture is
-# told by the descriptor and the warm-up flag of create_forward_fn.
+# reset design): the warm-up, PIECEWISE and FULL capture forwards. The base capture
+# loop runs a FULL capture with cg_mode NONE, as it runs the warm-up, so the FULL
+# capture is told by the descriptor and the warm-up flag of create_forward_fn.
 
 forward_hooks.forward(
     ForwardInfo(

@@ -1,5 +1,5 @@
 # Lands around the DBO capture forward in ModelCudaGraphManager.capture's
-# ubatch_forward_fn (the reset design, releases with DBO in the V2 runner).
+# ubatch_forward_fn (the reset design; releases with DBO in the V2 runner).
 
 forward_hooks.forward(
     ForwardInfo(

@@ -61,7 +61,7 @@ def _mamba_types(source: Source) -> dict[str, str]:
 
 
 def _replayssm_argument(source: Source) -> dict[str, str]:
-    """`use_replayssm` where initialize_mamba_ssu_backend takes it (0.30.0 on)."""
+    """`use_replayssm` passed on where initialize_mamba_ssu_backend takes it (0.30.0 on)."""
     function = Find("", f"def {INIT}", lambda n: isinstance(n, ast.FunctionDef) and n.name == INIT)
     node = function.node(source)
     assert isinstance(node, ast.FunctionDef)
@@ -130,6 +130,7 @@ def _shared(design: Design) -> list[Operation]:
             ),
             code="\n" + landing("ssu_attach_call.py"),
             names=_replayssm_argument,
+            join_if_it_fits=True,
         ),
     ]
 

@@ -1,8 +1,9 @@
 """Fixtures for tests that run inside a patched vLLM tree, on the CPU.
 
-test_patched_vllm.py applies a design to a copy of the pristine tree and runs
-this directory with that tree first on PYTHONPATH, so `import vllm` is the
-patched source, over the pure-Python dependencies of the installed vLLM.
+test_patched_vllm.py applies a design to a copy of a release's pristine tree and
+runs this directory with that tree first on PYTHONPATH, so `import vllm` is the
+patched source, over the pure-Python dependencies of the installed vLLM.  It names
+the design and the release in the environment; `since` skips what a release lacks.
 """
 
 from __future__ import annotations
@@ -24,9 +25,28 @@ from vllm.v1.kv_cache_interface import KVCacheConfig, KVCacheGroupSpec, MambaSpe
 
 TREE = Path(os.environ["SR_PREFETCH_PATCHED_TREE"])
 DESIGN = os.environ["SR_PREFETCH_PATCHED_DESIGN"]
+RELEASE = os.environ["SR_PREFETCH_PATCHED_RELEASE"]
 
 if Path(vllm.__file__).resolve().parent != (TREE / "vllm").resolve():
     raise RuntimeError(f"imported vllm from {vllm.__file__}, not from the patched tree {TREE}")
+if vllm.__version__ != RELEASE:
+    raise RuntimeError(f"the patched tree {TREE} is vLLM {vllm.__version__}, not {RELEASE}")
+
+
+def _key(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in version.split("."))
+
+
+def at_least(version: str) -> bool:
+    """Whether the patched tree's release is `version` or newer."""
+    return _key(RELEASE) >= _key(version)
+
+
+def since(version: str, feature: str) -> pytest.MarkDecorator:
+    """Skips a test in releases before `version`, which brought `feature`."""
+    return pytest.mark.skipif(
+        not at_least(version), reason=f"vLLM {RELEASE} has no {feature} (added in {version})"
+    )
 
 
 def only_in(design: str) -> pytest.MarkDecorator:

@@ -4,7 +4,8 @@ Each test runs a real runner method of the patched tree on a stand-in runner
 (object.__new__ plus the attributes that method reads) up to the model call,
 where a stand-in model records the ForwardInfo the runner's hooks hold at
 that moment and stops the method.  Taking any call site out leaves the hooks
-empty there, and its test fails.
+empty there, and its test fails.  The stand-ins carry what either tested release
+(SR_PREFETCH_PATCHED_RELEASE) reads; a case a release cannot run is skipped, naming it.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import torch
 from vllm.config.compilation import CUDAGraphMode
 from vllm.model_executor.layers.mamba.ops import ssu_dispatch
 
-from tests.vllm_patch.patched.conftest import only_in
+from tests.vllm_patch.patched.conftest import at_least, only_in, since
 
 pytestmark = only_in("reset")
 
@@ -38,6 +39,7 @@ if ssu_dispatch.__dict__.get("MambaSRSeedHook") is not None:
 
 PROBE = "model.layers.0.mixer"
 FULL, PIECEWISE, NONE = CUDAGraphMode.FULL, CUDAGraphMode.PIECEWISE, CUDAGraphMode.NONE
+V2_DBO = since("0.30.0", "DBO (micro-batching) in the V2 runner")
 
 
 class StopForward(Exception):
@@ -118,8 +120,13 @@ def test_v1_execute_model(
         synchronize_input_prep=no_context,
         _update_states=lambda scheduler_output: None,
         cache_config=SimpleNamespace(kv_sharing_fast_prefill=False, mamba_cache_mode="none"),
+        # Read before the forward by 0.26.0.
+        routed_experts_initialized=False,
+        cascade_attn_enabled=False,
+        calculate_kv_scales=False,
         input_batch=SimpleNamespace(num_reqs=2, req_ids=["a", "b"]),
-        _prepare_inputs=lambda *a: (None, None, 1),
+        # max_num_sampled_tokens joined the returned tuple in 0.28.0.
+        _prepare_inputs=lambda *a: (None, None, 1) if at_least("0.28.0") else (None, None),
         _determine_batch_execution_and_padding=lambda **kw: (
             mode,
             SimpleNamespace(num_tokens=4, num_reqs=2),
@@ -145,6 +152,7 @@ def test_v1_execute_model(
         total_num_scheduled_tokens=4,
         num_scheduled_tokens={"a": 2, "b": 2},
         scheduled_encoder_inputs={},
+        scheduled_spec_decode_tokens={},
     )
     with pytest.raises(StopForward):
         runner.execute_model(scheduler_output)
@@ -208,7 +216,8 @@ def v1_dummy_run_runner(
         speculative_config=None,
         lora_config=None,
         maybe_dummy_run_with_lora=no_context,
-        _init_model_kwargs=lambda num_reqs: {},
+        _init_model_kwargs=lambda *a, **kw: {},  # num_reqs= from 0.30.0
+        uses_xdrope_dim=0,  # read by 0.26.0
         supports_mm_inputs=False,
         model_config=SimpleNamespace(is_encoder_decoder=False),
         enable_prompt_embeds=False,
@@ -278,7 +287,20 @@ def test_v1_the_drafters_dummy_run_is_outside_the_hooks(
     assert drafter.dummy_run.seen == [None]
 
 
-@pytest.mark.parametrize(("mode", "ubatched", "decodes"), FORWARDS)
+V2_FORWARDS = [
+    *FORWARDS[:-1],
+    pytest.param(FULL, True, 2, id="micro-batched", marks=V2_DBO),
+]
+
+
+def descriptor(mode: CUDAGraphMode, num_reqs: int, ubatched: bool) -> Any:
+    """A BatchExecutionDescriptor; num_ubatches only where DBO exists (0.30.0 on)."""
+    return cudagraph_utils.BatchExecutionDescriptor(
+        cg_mode=mode, num_tokens=4, num_reqs=num_reqs, **({"num_ubatches": 2} if ubatched else {})
+    )
+
+
+@pytest.mark.parametrize(("mode", "ubatched", "decodes"), V2_FORWARDS)
 def test_v2_execute_model(
     hooks: ForwardHooks,
     monkeypatch: pytest.MonkeyPatch,
@@ -287,9 +309,7 @@ def test_v2_execute_model(
     decodes: int,
 ) -> None:
     model = ModelStandIn(hooks)
-    desc = cudagraph_utils.BatchExecutionDescriptor(
-        cg_mode=mode, num_tokens=4, num_reqs=2, num_ubatches=2 if ubatched else 1
-    )
+    desc = descriptor(mode, 2, ubatched)
     monkeypatch.setattr(v2, "set_forward_context", no_context)
     monkeypatch.setattr(v2, "dispatch_cg_and_sync_dp", lambda *a, **kw: (desc, None))
     monkeypatch.setattr(v2, "build_slot_mappings_by_layer", lambda *a: {})
@@ -302,7 +322,9 @@ def test_v2_execute_model(
     )
     monkeypatch.setattr(v2.InputBatch, "make_dummy", lambda *a, **kw: dummy_batch)
     contexts = [SimpleNamespace(attn_metadata=metadata(d)) for d in (0, decodes)]
-    ubatch_state = SimpleNamespace(slices=None, forward_contexts=contexts)
+    ubatch_state = SimpleNamespace(
+        slices=[SimpleNamespace(num_tokens=2)] * 2, forward_contexts=contexts
+    )
     runner = stand_in_runner(
         v2.GPUModelRunner,
         forward_hooks=hooks,
@@ -313,6 +335,10 @@ def test_v2_execute_model(
             run_fullgraph=model, run_pw_graph=lambda m, inputs: model()
         ),
         parallel_config=SimpleNamespace(data_parallel_size=1, data_parallel_rank=0),
+        # Read by 0.26.0.
+        dp_size=1,
+        dp_rank=0,
+        supports_mm_inputs=False,
         ubatch_runner=SimpleNamespace(
             prepare=lambda *a, **kw: ubatch_state, run=lambda *a: model()
         ),
@@ -369,12 +395,18 @@ def fake_capture_loop(calls: list[tuple[str, CUDAGraphMode]]) -> Callable[..., N
     return capture
 
 
+PIECEWISE_CAPTURE_SKIPS_ATTN = not at_least("0.27.0")
+"""Through 0.26.0 a PIECEWISE capture without breakable CUDA graphs builds no attention
+metadata (prepare_inputs_to_capture's skip_attn): its forward calls no SSU."""
+
+
 @pytest.mark.parametrize(
-    ("mode", "ubatched"),
+    ("mode", "ubatched", "breakable"),
     [
-        pytest.param(PIECEWISE, False, id="piecewise"),
-        pytest.param(FULL, False, id="full"),
-        pytest.param(FULL, True, id="micro-batched-full"),
+        pytest.param(PIECEWISE, False, False, id="piecewise"),
+        pytest.param(PIECEWISE, False, True, id="piecewise-breakable"),
+        pytest.param(FULL, False, False, id="full"),
+        pytest.param(FULL, True, False, id="micro-batched-full", marks=V2_DBO),
     ],
 )
 def test_v2_cudagraph_capture(
@@ -382,6 +414,7 @@ def test_v2_cudagraph_capture(
     monkeypatch: pytest.MonkeyPatch,
     mode: CUDAGraphMode,
     ubatched: bool,
+    breakable: bool,
 ) -> None:
     model = ModelStandIn(hooks, output=torch.zeros(4, 2))
     calls: list[tuple[str, CUDAGraphMode]] = []
@@ -390,19 +423,21 @@ def test_v2_cudagraph_capture(
     monkeypatch.setattr(
         cudagraph_utils,
         "prepare_inputs_to_capture",
-        lambda *a, **kw: cudagraph_utils.AttentionState(metadata(2), {}),
+        lambda *a, skip_attn=False, **kw: cudagraph_utils.AttentionState(
+            None if skip_attn else metadata(2), {}
+        ),
     )
     monkeypatch.setattr(cudagraph_utils.InputBatch, "make_dummy", lambda *a, **kw: None)
     contexts = [SimpleNamespace(attn_metadata=metadata(2))] * 2
-    desc = cudagraph_utils.BatchExecutionDescriptor(
-        cg_mode=mode, num_tokens=4, num_reqs=4, num_ubatches=2 if ubatched else 1
-    )
+    desc = descriptor(mode, 4, ubatched)
     manager = stand_in_runner(
         cudagraph_utils.ModelCudaGraphManager,
-        use_breakable_cg=False,
+        use_breakable_cg=breakable,
+        breakable_cg_runner=model if breakable else None,
         cudagraph_mode=mode,
         max_num_reqs=4,
         vllm_config=SimpleNamespace(parallel_config=SimpleNamespace(data_parallel_size=1)),
+        dp_size=1,  # an attribute through 0.31.0, then a property of vllm_config
         is_first_pp_rank=True,
         is_last_pp_rank=True,
         hidden_states=None,
@@ -413,7 +448,8 @@ def test_v2_cudagraph_capture(
             begin_capturable_run=lambda *a, **kw: model,
         ),
     )
-    if mode == PIECEWISE:
+    if mode == PIECEWISE and not breakable and at_least("0.30.0"):
+        # From 0.30.0 capture refuses PIECEWISE for a model with no compiled submodule.
         monkeypatch.setattr(cudagraph_utils, "has_compiled_submodule", lambda m: True)
     input_buffers = SimpleNamespace(
         input_ids=torch.zeros(4, dtype=torch.long),
@@ -434,13 +470,11 @@ def test_v2_cudagraph_capture(
         None,
         forward_hooks=hooks,
     )
-    expected_capture = ForwardInfo(
-        runs_ssu=True, micro_batched=ubatched, full_cudagraph=mode == FULL
-    )
+    runs_ssu = not (mode == PIECEWISE and not breakable and PIECEWISE_CAPTURE_SKIPS_ATTN)
     assert calls == [("warm-up", mode), ("capture", mode)]
     assert model.seen == [
-        ForwardInfo(runs_ssu=True, micro_batched=ubatched),
-        expected_capture,
+        ForwardInfo(runs_ssu=runs_ssu, micro_batched=ubatched),
+        ForwardInfo(runs_ssu=runs_ssu, micro_batched=ubatched, full_cudagraph=mode == FULL),
     ]
 
 
@@ -482,6 +516,11 @@ def test_each_runner_builds_its_hooks_with_the_seed_hook(module_name: str) -> No
     whole VllmConfig. Checked in its source instead."""
     module = v1 if module_name == "v1" else v2
     source = inspect.getsource(module.GPUModelRunner.__init__)
-    statements = {ast.unparse(node) for node in ast.walk(ast.parse(textwrap.dedent(source)))}
-    assert "self.forward_hooks = ForwardHooks()" in statements
-    assert "self.forward_hooks.register(MambaSRSeedHook())" in statements
+    init = ast.parse(textwrap.dedent(source)).body[0]
+    assert isinstance(init, ast.FunctionDef)
+    # Last in __init__, which returns nowhere earlier: every runner built has them.
+    assert [ast.unparse(statement) for statement in init.body[-2:]] == [
+        "self.forward_hooks = ForwardHooks()",
+        "self.forward_hooks.register(MambaSRSeedHook())",
+    ]
+    assert not any(isinstance(node, ast.Return) for node in ast.walk(init))

@@ -18,11 +18,15 @@ from tests.vllm_patch.patched.conftest import (
     DESIGN,
     TREE,
     KernelStandIn,
+    at_least,
     kv_cache_config,
     only_in,
+    since,
 )
 
 NUM_LAYERS = 5
+HAS_REPLAYSSM = at_least("0.30.0")
+"""ReplaySSM, and initialize_mamba_ssu_backend's `use_replayssm`, arrived in 0.30.0."""
 
 
 def test_the_env_var_defaults_off_and_is_hashed_into_the_compile_cache(
@@ -86,7 +90,13 @@ OFF_CASES = {
 }
 
 
-@pytest.mark.parametrize("case", sorted(OFF_CASES))
+@pytest.mark.parametrize(
+    "case",
+    [
+        pytest.param(case, marks=since("0.30.0", "ReplaySSM") if case == "replayssm" else ())
+        for case in sorted(OFF_CASES)
+    ],
+)
 def test_each_condition_turns_it_off(
     engaged: list[tuple[Any, ...]], case: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -110,7 +120,8 @@ def test_each_condition_turns_it_off(
         lambda msg, *args, **kw: logged.append(msg % args),
     )
     use_replayssm = case == "replayssm"
-    ssu_dispatch.initialize_mamba_ssu_backend(config, kv_config, use_replayssm=use_replayssm)
+    replayssm = {"use_replayssm": use_replayssm} if HAS_REPLAYSSM else {}
+    ssu_dispatch.initialize_mamba_ssu_backend(config, kv_config, **replayssm)
     assert engaged == []
     unused = [f"VLLM_MAMBA_SR_SEED_PREFETCH is set but unused: {OFF_CASES[case]}."]
     assert [line for line in logged if "SEED" in line] == (
@@ -176,8 +187,9 @@ def test_the_kernel_receives_the_prefetched_seed_or_an_inline_stock_one(
     assert int(kernel.calls[-1]["rand_seed"].item()) == expected
     # The rest of the kernel call is stock's.
     assert kernel.calls[-1]["philox_rounds"] == 5
-    assert kernel.calls[-1]["algorithm"] == "auto"
     assert kernel.calls[-1]["cache_steps"] == 0
+    # The kernel's algorithm= (MambaSSUAlgorithm) arrived in 0.27.0.
+    assert kernel.calls[-1].get("algorithm") == ("auto" if at_least("0.27.0") else None)
 
 
 def test_no_seed_at_all_without_stochastic_rounding(
