@@ -27,9 +27,14 @@ def _attach_sr_seed_prefetcher(
         current_forward=_current_forward_context,
         is_micro_batched=_in_micro_batch,
     )
+    prefetch = _sr_seed_prefetcher.prefetch
     logger.info_once(
-        "Prefetching Mamba stochastic-rounding seeds for %d layers per forward.",
+        "Prefetching Mamba stochastic-rounding seeds for %d layers per forward "
+        "(forward-context design, %s).",
         num_layers,
+        f"{prefetch.drawer.name} drawer, {prefetch.plan.name} sync plan"
+        if prefetch is not None
+        else "inactive: no CUDA device",
     )
 
 

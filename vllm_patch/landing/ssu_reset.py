@@ -25,9 +25,14 @@ def _attach_sr_seed_prefetcher(
     _sr_seed_prefetcher = SRSeedPrefetcher(
         num_layers, "cuda", drawer=envs.VLLM_MAMBA_SR_SEED_DRAWER
     )
+    prefetch = _sr_seed_prefetcher.prefetch
     logger.info_once(
-        "Prefetching Mamba stochastic-rounding seeds for %d layers per forward.",
+        "Prefetching Mamba stochastic-rounding seeds for %d layers per forward "
+        "(explicit-reset design, %s).",
         num_layers,
+        f"{prefetch.drawer.name} drawer, {prefetch.plan.name} sync plan"
+        if prefetch is not None
+        else "inactive: no CUDA device",
     )
 
 

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# On the H200 machine, after vLLM 0.26.0 is staged into /tmp/site (pip install --target;
+# ../shared/gpu/vllm-0.26/README.md), from the repo root, with `stage.sh env` sourced:
+#   bash tests/gpu/vllm/patched_installed.sh
+# For each design: `sr-prefetch apply --installed` patches that pip-installed vLLM, the
+# fork's test (as the patch adds it to a source tree) runs against it on the GPU, and
+# `sr-prefetch revert --installed` gives the files back; their sha256 before and after
+# must match. Writes the log to $OUT (default /tmp/out).
+set -uo pipefail
+out=${OUT:-/tmp/out}
+mkdir -p "$out"
+log="$out/patched-vllm-0.26.0-nvidia-h200.log"
+files=(vllm/envs.py vllm/model_executor/layers/mamba/ops/ssu_dispatch.py
+       vllm/v1/worker/gpu_model_runner.py vllm/v1/worker/gpu/model_runner.py
+       vllm/v1/worker/gpu/cudagraph_utils.py)
+site=$(python3 -c "import importlib.util as u, pathlib as p; print(p.Path(u.find_spec('vllm').origin).parent.parent)")
+hashes() { (cd "$site" && sha256sum "${files[@]}"); }
+status=0
+{
+  nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+  python3 -c "import torch; print('torch', torch.__version__)"
+  echo "installed vLLM: $site"
+  before=$(hashes)
+  for design in reset forward-context; do
+    echo "=== $design"
+    python3 -m vllm_patch apply --installed --design "$design" || status=1
+    python3 -m vllm_patch status --installed || status=1
+    dir=/tmp/forktest-$design/tests/kernels/mamba
+    mkdir -p "$dir"
+    python3 -c "from vllm_patch import fork_test; print(fork_test.render('$design'), end='')" \
+      > "$dir/test_sr_seed_prefetch.py"
+    (cd "/tmp/forktest-$design" && VLLM_MAMBA_SR_SEED_PREFETCH=1 \
+      python3 -m pytest tests/kernels/mamba/test_sr_seed_prefetch.py -v -p no:cacheprovider) \
+      || status=1
+    python3 -m vllm_patch revert --installed || status=1
+  done
+  after=$(hashes)
+  if [ "$before" = "$after" ]; then
+    echo "reverted: the installed files are byte for byte what pip installed"
+  else
+    echo "NOT reverted byte for byte"; diff <(echo "$before") <(echo "$after"); status=1
+  fi
+  echo "exit status $status"
+  exit $status
+} 2>&1 | tee "$log"
+exit "${PIPESTATUS[0]}"
