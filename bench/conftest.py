@@ -15,7 +15,7 @@ import pytest
 
 from .options import BenchOptions, add_options
 from .session import BenchSession
-from .summary import markdown, summarize, write_summary
+from .summary import markdown, write_summary
 from .target import BenchUnavailable
 
 SESSION = pytest.StashKey[BenchSession]()
@@ -59,7 +59,7 @@ def pytest_terminal_summary(
     session = config.stash.get(SESSION, None)
     if session is None or not session.cells():
         return
-    rows = summarize(session.cells())
+    rows = session.rows()
     info = session.run_info("pytest " + shlex.join(config.invocation_params.args))
     json_path, md_path = write_summary(rows, info, session.options.out_dir)
     terminalreporter.write_sep("=", "SSU seed step-time summary")

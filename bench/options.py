@@ -41,6 +41,8 @@ class BenchOptions:
     gemms: add each layer's in_proj and out_proj GEMMs, so the saving can be
         read as a share of a fuller step.
     rounds: interleaved timing rounds, and pytest-benchmark rounds per test.
+    seed: seeds the shuffled order of every interleaved round (timing.py);
+        the summary records it.
     out_dir: where the summary's .json and .md go.
     """
 
@@ -48,6 +50,7 @@ class BenchOptions:
     batch_sizes: tuple[int, ...] = (1, 2, 4, 8)
     gemms: bool = False
     rounds: int = 50
+    seed: int = 0
     out_dir: Path = DEFAULT_OUT_DIR
 
     @classmethod
@@ -57,6 +60,7 @@ class BenchOptions:
             batch_sizes=config.getoption("bench_batch_sizes"),
             gemms=config.getoption("bench_gemms"),
             rounds=config.getoption("bench_rounds"),
+            seed=config.getoption("bench_seed"),
             out_dir=Path(config.getoption("bench_out")),
         )
 
@@ -92,6 +96,13 @@ def add_options(parser: pytest.Parser) -> None:
         type=positive_int,
         default=defaults.rounds,
         help=f"interleaved timing rounds and pytest-benchmark rounds (default {defaults.rounds})",
+    )
+    group.addoption(
+        "--bench-seed",
+        type=int,
+        default=defaults.seed,
+        help="seed of the shuffled variant order in each interleaved round "
+        f"(default {defaults.seed}; recorded in the summary)",
     )
     group.addoption(
         "--bench-out",

@@ -16,11 +16,14 @@ Per batch size, in this order:
    in both modes at this and every later size, since its prefetcher's state
    after a failure is not to be trusted;
 3. one captured graph per variant, for timing;
-4. the interleaved passes: eager device time, eager host time, graph replays.
+4. the interleaved passes: eager device time, eager host time, graph replays,
+   each in rounds of every variant, in an order shuffled afresh each round
+   from a generator seeded by --bench-seed, the batch size and the pass.
 """
 
 from __future__ import annotations
 
+import random
 import traceback
 import warnings
 from collections.abc import Callable, Sequence
@@ -33,6 +36,7 @@ from .graphs import capture_step
 from .model import DecodeModel, MixerShape
 from .options import BenchOptions
 from .seedcheck import CHECK_STEPS, mismatch, record_eager, record_graph, stock_anomalies
+from .stats import BOOTSTRAP_SEED, CONFIDENCE, MIN_SAMPLES, RESAMPLES, seeded_rng
 from .summary import FAILED, FLOOR, MODES, SKIPPED, STOCK, Cell, Row, RunInfo, summarize
 from .target import BenchUnavailable, Target, flashinfer_target
 from .timing import Step, device_us_per_step, gc_paused, host_us_per_step, interleaved
@@ -84,6 +88,7 @@ class BatchRun:
     graphs: dict[str, torch.cuda.CUDAGraph]
     cells: dict[tuple[str, str], Cell] = field(default_factory=dict)
     """(variant, mode) -> its cell, for every variant."""
+    _rows: list[Row] | None = field(default=None, repr=False)
 
     def step(self, variant: str, mode: str) -> Step:
         """Enqueues one step of `variant` in `mode`: an eager forward, or a graph replay.
@@ -96,10 +101,20 @@ class BatchRun:
         source = self.sources[variant]
         return lambda: run_step(self.model, source)
 
+    def rows(self) -> list[Row]:
+        """The summary's rows at this batch size, summarized once, on first use.
+
+        The bootstrap takes a while, and every test of the size asks; the
+        cells are final once the size is timed.  Each (mode, batch size) draws
+        from its own generator, so these are the figures of the run's summary.
+        """
+        if self._rows is None:
+            self._rows = summarize(self.cells.values())
+        return self._rows
+
     def row(self, variant: str, mode: str) -> Row:
         """The summary's figures for `variant` in `mode` at this batch size."""
-        rows = summarize(self.cells.values())
-        (row,) = (row for row in rows if (row.variant, row.mode) == (variant, mode))
+        (row,) = (row for row in self.rows() if (row.variant, row.mode) == (variant, mode))
         return row
 
 
@@ -181,6 +196,15 @@ class BenchSession:
             for spec in self.specs
         ]
 
+    def rows(self) -> list[Row]:
+        """The summary of every measured cell, in the order of `cells()`."""
+        by_key = {
+            (row.batch_size, row.mode, row.variant): row
+            for run in self._runs.values()
+            for row in run.rows()
+        }
+        return [by_key[cell.batch_size, cell.mode, cell.variant] for cell in self.cells()]
+
     def run_info(self, command: str) -> RunInfo:
         """The summary's header."""
         target = self.target()
@@ -199,6 +223,13 @@ class BenchSession:
                 f"median of the interleaved rounds; a sample is the CUDA-event time of "
                 f"{EAGER_BURST} back-to-back eager steps or {GRAPH_BURST} graph replays, per "
                 "step; host µs is the wall time to enqueue one eager step onto an idle GPU",
+                "each round times every variant once, in an order shuffled afresh per round "
+                f"by random.Random seeded from --bench-seed {self.options.seed} "
+                f"('{self.options.seed}:bs<N>:<pass>', pass eager, graph or host)",
+                f"spread: IQR of the samples; {CONFIDENCE:.0%} CI of each median and of the "
+                f"ratio and recovered share: percentile bootstrap, {RESAMPLES} resamples of the "
+                f"rounds paired across variants, seed {BOOTSTRAP_SEED} (none below "
+                f"{MIN_SAMPLES} rounds); ties: 95% CIs of the medians overlap",
                 "seed check passed by every measured variant but the floor: each layer's seed "
                 f"equal to stock's over {CHECK_STEPS} eager steps and {CHECK_STEPS} graph "
                 "replays from one generator state, the generator left where stock leaves it",
@@ -291,16 +322,30 @@ class BenchSession:
         rounds = self.options.rounds
         eager_steps = {name: run.step(name, "eager") for name in run.sources}
         graph_steps = {name: run.step(name, "graph") for name in run.sources}
+
+        def order(pass_name: str) -> random.Random:
+            return seeded_rng(self.options.seed, f"bs{run.batch_size}", pass_name)
+
         with gc_paused():
             samples = {
                 "eager": interleaved(
-                    eager_steps, rounds=rounds, burst=EAGER_BURST, timer=device_us_per_step
+                    eager_steps,
+                    rounds=rounds,
+                    burst=EAGER_BURST,
+                    timer=device_us_per_step,
+                    rng=order("eager"),
                 ),
                 "graph": interleaved(
-                    graph_steps, rounds=rounds, burst=GRAPH_BURST, timer=device_us_per_step
+                    graph_steps,
+                    rounds=rounds,
+                    burst=GRAPH_BURST,
+                    timer=device_us_per_step,
+                    rng=order("graph"),
                 ),
             }
-            host = interleaved(eager_steps, rounds=rounds, burst=1, timer=host_us_per_step)
+            host = interleaved(
+                eager_steps, rounds=rounds, burst=1, timer=host_us_per_step, rng=order("host")
+            )
         for spec in self.specs:
             for mode in MODES:
                 if spec.name in run.sources:

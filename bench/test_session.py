@@ -19,6 +19,7 @@ from .cpu_fakes import LayoutCheckingSsu, capture_eagerly, counting_clock, cpu_t
 from .model import MixerShape
 from .options import BenchOptions
 from .session import BenchSession
+from .stats import MIN_SAMPLES
 from .summary import FAILED, MODES, OK, SKIPPED, summarize, write_summary
 from .target import BenchUnavailable
 from .variants import SEED_HIGH, StockSource, VariantSpec, variant_specs
@@ -49,8 +50,10 @@ def cpu_flow(monkeypatch):
     monkeypatch.setattr(session, "host_us_per_step", counting_clock)
 
 
-def make_session(specs, tmp_path, batch_sizes=(1, 2)) -> BenchSession:
-    options = BenchOptions(layers=3, batch_sizes=batch_sizes, rounds=2, out_dir=tmp_path)
+def make_session(specs, tmp_path, batch_sizes=(1, 2), rounds=2, seed=0) -> BenchSession:
+    options = BenchOptions(
+        layers=3, batch_sizes=batch_sizes, rounds=rounds, seed=seed, out_dir=tmp_path
+    )
     ssu = LayoutCheckingSsu()
     return BenchSession(options, shape=SMALL, specs=specs, locate=lambda: cpu_target(ssu))
 
@@ -180,3 +183,42 @@ def test_terminal_summary_prints_and_writes_the_files(cpu_flow, tmp_path):
     stems = sorted(path.name for path in tmp_path.iterdir())
     assert len(stems) == 2 and stems[0].endswith(".md") and stems[1].endswith(".summary.json")
     assert f"written: {tmp_path / stems[1]}" in text
+
+
+def test_round_orders_come_from_the_seed_per_batch_size_and_pass(cpu_flow, tmp_path, monkeypatch):
+    real = session.interleaved
+    draws: list[tuple[int, float]] = []
+
+    def spy(steps, *, rng, **kwargs):
+        draws.append((len(draws), rng.getstate()[1][:4]))
+        return real(steps, rng=rng, **kwargs)
+
+    monkeypatch.setattr(session, "interleaved", spy)
+
+    def states(seed: int) -> list:
+        draws.clear()
+        specs = variant_specs()
+        make_session([specs[0], specs[-1]], tmp_path, seed=seed).batch(1)
+        make_session([specs[0], specs[-1]], tmp_path, batch_sizes=(2,), seed=seed).batch(2)
+        return [state for _, state in draws]
+
+    first = states(7)
+    assert len(first) == 6 and len(set(first)) == 6  # eager, graph, host at BS1 and BS2
+    assert states(7) == first
+    assert states(8) != first
+
+
+def test_rows_carry_intervals_and_run_info_records_the_seed(cpu_flow, tmp_path):
+    specs = variant_specs()
+    bench = make_session(
+        [specs[0], specs[1], specs[-1]], tmp_path, batch_sizes=(1,), rounds=MIN_SAMPLES, seed=7
+    )
+    bench.batch(1)
+    rows = bench.rows()
+    assert rows == summarize(bench.cells())
+    assert all(row.median_ci95_us == (100.0, 100.0) for row in rows)  # the made-up clock
+    stock = next(row for row in rows if (row.variant, row.mode) == ("stock", "graph"))
+    assert stock.ties == ("baseline", "floor")
+    settings = "\n".join(bench.run_info("pytest bench").settings)
+    assert "shuffled afresh per round by random.Random seeded from --bench-seed 7" in settings
+    assert "percentile bootstrap, 2000 resamples" in settings

@@ -6,7 +6,8 @@ pytest-benchmark's wall clock can see.  It carries the fixed cost of a
 synchronize and times each variant alone, so it is the figure for
 `--benchmark-compare` between runs of the same variant.  The comparison
 between variants is the summary's: interleaved CUDA-event timing of
-back-to-back steps (session.py), whose figures also go into each test's
+back-to-back steps (session.py), whose figures (median, its 95% interval,
+IQR, ratios, ties, host time, round-order seed) also go into each test's
 `extra_info` (and so into `--benchmark-json`).
 """
 
@@ -31,13 +32,27 @@ def test_step_time(benchmark, bench_session: BenchSession, case: Case) -> None:
     if cell.status == FAILED:
         pytest.fail(f"{case.variant}: {cell.reason}", pytrace=False)
     row = run.row(case.variant, case.mode)
+    figures = row.as_json()
     benchmark.extra_info.update(
         interleaved_median_us=row.median_us,
-        ratio_to_stock=row.ratio_to_stock,
-        recovered=row.recovered,
-        host_us=row.host_us,
+        **{
+            key: figures[key]
+            for key in (
+                "median_ci95_us",
+                "iqr_us",
+                "ratio_to_stock",
+                "ratio_ci95",
+                "recovered",
+                "recovered_ci95",
+                "ties",
+                "host_us",
+                "host_ci95_us",
+                "host_iqr_us",
+            )
+        },
         layers=bench_session.options.layers,
         gemms=bench_session.options.gemms,
+        order_seed=bench_session.options.seed,
     )
     step = run.step(case.variant, case.mode)
 

@@ -2,9 +2,15 @@
 
 Clocks, thermals and other tenants drift over a run.  Timing variant A for a
 minute and then variant B would fold that drift into A - B; timing rounds of
-A B C ... instead spreads it over every variant alike, and the median over
-rounds drops the rounds a hiccup spoiled.  The start of each round rotates,
-so no variant always runs right after the same other one.
+A B C ... instead spreads it over every variant alike (each round times every
+variant once), and the median over rounds drops the rounds a hiccup spoiled.
+
+Within a round the order is shuffled afresh, from a `random.Random` the caller
+seeds, so that no variant mostly runs right after the same neighbour (whose
+leftovers, a warm cache or a queued launch, would then follow it); the same
+seed gives the same orders, so a run can be repeated as it was.  A cyclic
+rotation, which this replaced, keeps each variant behind the same neighbour
+in all rounds but one in every N.
 
 The orchestration (`interleaved`) takes its clock as an argument and is
 unit-tested with a fake one; the CUDA clocks live beside it.
@@ -13,6 +19,7 @@ unit-tested with a fake one; the CUDA clocks live beside it.
 from __future__ import annotations
 
 import gc
+import random
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -25,20 +32,29 @@ BurstTimer = Callable[[Step, int], float]
 """Runs a step n times; returns µs per step."""
 
 
-def rotated(names: Sequence[str], round_index: int) -> list[str]:
-    """The order of one round: `names` rotated left by the round's index."""
-    shift = round_index % len(names)
-    return [*names[shift:], *names[:shift]]
+def shuffled(names: Sequence[str], rng: random.Random) -> list[str]:
+    """The order of one round: every name once, in an order drawn from `rng`."""
+    order = list(names)
+    rng.shuffle(order)
+    return order
 
 
 def interleaved(
-    steps: Mapping[str, Step], *, rounds: int, burst: int, timer: BurstTimer, warmup: int = 1
+    steps: Mapping[str, Step],
+    *,
+    rounds: int,
+    burst: int,
+    timer: BurstTimer,
+    rng: random.Random,
+    warmup: int = 1,
 ) -> dict[str, list[float]]:
-    """`rounds` samples per step, taken in rotated rounds of all of them.
+    """`rounds` samples per step, taken in rounds of all of them, each round shuffled by `rng`.
 
-    Each sample is `timer(step, burst)`.  `warmup` untimed bursts per step come
-    first, so that lazy initialisation (allocator growth, cuBLAS handles, JIT
-    modules) lands in no sample.
+    Each sample is `timer(step, burst)`; sample r of every step comes from
+    round r, which is what lets the summary pair them.  `warmup` untimed
+    bursts per step come first, in the steps' order, so that lazy
+    initialisation (allocator growth, cuBLAS handles, JIT modules) lands in no
+    sample.
     """
     if rounds < 1 or burst < 1:
         raise ValueError(f"rounds and burst must be positive, got {rounds} and {burst}")
@@ -49,8 +65,8 @@ def interleaved(
     for _ in range(warmup):
         for name in names:
             timer(steps[name], burst)
-    for round_index in range(rounds):
-        for name in rotated(names, round_index):
+    for _ in range(rounds):
+        for name in shuffled(names, rng):
             samples[name].append(timer(steps[name], burst))
     return samples
 

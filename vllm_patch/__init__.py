@@ -1,7 +1,10 @@
-"""sr-prefetch: applies the Mamba stochastic-rounding seed prefetch to a vLLM v0.33.0 tree.
+"""sr-prefetch: applies the Mamba stochastic-rounding seed prefetch to vLLM 0.20.0-0.33.0.
 
-`cli` is the command line; `edits` says what changes in vLLM per design,
-`vendor` produces the vLLM-side copy of runner_hooks, `fork_test` the test
-file the fork gets, `patch` applies and reverts, and `tree` finds trees,
-their versions, and the pristine v0.33.0 tree in the cache.
+`cli` is the command line.  `releases` is the one table of supported releases
+and what differs between them; `targets/` has a module per vLLM file the patch
+changes, which finds its sites by structure (`syntax`) and lands the code kept
+in `landing/`; `designs` describes the two designs.  `vendor` produces the
+vLLM-side copy of runner_hooks, `fork_test` the test file a fork gets, `patch`
+applies, checks and reverts, `tree` finds targets (git trees, installed vLLMs)
+and builds pristine trees, whose sources `wheel` reads from PyPI over HTTP ranges.
 """
