@@ -101,7 +101,8 @@ def breakdown_steps(parts: Breakdown) -> dict[str, Step]:
     is_capturing = prefetch_module._is_capturing
     stream_handle = prefetch_module._current_stream_handle
     device_index = prefetch._device_index
-    side_stream = prefetch._side_stream is not None
+    # The forward's stream, where the plan's events need it; built once, as schedule() does.
+    forward_stream = torch.cuda.current_stream() if prefetch._side_stream is not None else None
     next_seed = prefetcher.next_seed
 
     def floor_seed() -> torch.Tensor:
@@ -149,8 +150,7 @@ def breakdown_steps(parts: Breakdown) -> dict[str, Step]:
             batch.consumed = len(views)
 
     def takes() -> None:
-        stream = torch.cuda.current_stream() if side_stream else None
-        batch = SeedBatch("host-breakdown", buffer, device_index, stream, False)
+        batch = SeedBatch("host-breakdown", buffer, device_index, forward_stream, False)
         model.forward(batch.take)  # type: ignore[arg-type]
 
     def design() -> None:
