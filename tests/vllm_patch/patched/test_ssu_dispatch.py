@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from types import SimpleNamespace
 from typing import Any
 
@@ -287,24 +285,39 @@ def test_forwards_are_told_apart_by_the_forward_context(
         assert ssu_dispatch._in_micro_batch(context) is True
 
 
+class _Reports:
+    """Collects the reports of a pytest run started in this process."""
+
+    def __init__(self) -> None:
+        self.reports: list[pytest.CollectReport | pytest.TestReport] = []
+
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        if report.failed:
+            self.reports.append(report)
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        self.reports.append(report)
+
+
 def test_the_forks_test_file_collects_and_skips_without_a_device() -> None:
-    result = subprocess.run(
+    # Run in this process, which has imported the patched tree's vllm already: a
+    # subprocess would import it all again, for most of this directory's run time.
+    collected = _Reports()
+    exit_code = pytest.main(
         [
-            sys.executable,
-            "-m",
-            "pytest",
-            "tests/kernels/mamba/test_sr_seed_prefetch.py",
+            str(TREE / "tests/kernels/mamba/test_sr_seed_prefetch.py"),
+            f"--rootdir={TREE}",
+            "--import-mode=append",
             "-q",
             "-p",
             "no:cacheprovider",
-            "-rs",
+            "-p",
+            "no:benchmark",
         ],
-        cwd=TREE,
-        capture_output=True,
-        text=True,
-        check=False,
+        plugins=[collected],
     )
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert "4 skipped" in result.stdout, result.stdout
-    assert "seed prefetching needs a CUDA device" in result.stdout
-    assert DESIGN
+    failures = [str(report.longrepr) for report in collected.reports if report.failed]
+    assert exit_code == pytest.ExitCode.OK, "\n".join(failures)
+    reasons = [str(report.longrepr) for report in collected.reports if report.skipped]
+    assert len(reasons) == 4, reasons
+    assert all("seed prefetching needs a CUDA device" in reason for reason in reasons), reasons
