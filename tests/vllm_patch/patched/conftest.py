@@ -23,23 +23,21 @@ from vllm.platforms import current_platform
 from vllm.v1.attention.backends.registry import MambaAttentionBackendEnum
 from vllm.v1.kv_cache_interface import KVCacheConfig, KVCacheGroupSpec, MambaSpec
 
+from vllm_patch import releases
+
 TREE = Path(os.environ["SR_PREFETCH_PATCHED_TREE"])
 DESIGN = os.environ["SR_PREFETCH_PATCHED_DESIGN"]
 RELEASE = os.environ["SR_PREFETCH_PATCHED_RELEASE"]
 
 if Path(vllm.__file__).resolve().parent != (TREE / "vllm").resolve():
     raise RuntimeError(f"imported vllm from {vllm.__file__}, not from the patched tree {TREE}")
-if vllm.__version__ != RELEASE:
+if releases.base_of(vllm.__version__)[0].version != RELEASE:
     raise RuntimeError(f"the patched tree {TREE} is vLLM {vllm.__version__}, not {RELEASE}")
 
 
-def _key(version: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in version.split("."))
-
-
 def at_least(version: str) -> bool:
-    """Whether the patched tree's release is `version` or newer."""
-    return _key(RELEASE) >= _key(version)
+    """Whether the patched tree's release is `version` (a supported release) or newer."""
+    return releases.get(RELEASE).key >= releases.get(version).key
 
 
 def since(version: str, feature: str) -> pytest.MarkDecorator:
