@@ -295,7 +295,8 @@ class InsertStatements(Operation):
     before or after the statement `at`, at its indentation."""
 
     at: Find
-    code: str
+    code: str | Callable[[Source], str]
+    """The code, or a function of the file that picks it (a release's variant)."""
     after: bool = True
     names: Names = _no_names
     join_if_it_fits: bool = False
@@ -309,7 +310,8 @@ class InsertStatements(Operation):
         else:
             first = min([stmt.lineno, *(d.lineno for d in getattr(stmt, "decorator_list", []))])
             position = source.line_start(first)
-        code = indent(substitute(self.code, self.names(source)), source.indent_of(stmt))
+        chosen = self.code(source) if callable(self.code) else self.code
+        code = indent(substitute(chosen, self.names(source)), source.indent_of(stmt))
         return position, _join_if_it_fits(code) if self.join_if_it_fits else code
 
     def apply(self, source: Source) -> str:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -119,19 +118,49 @@ def runner_call_sites() -> list:
     return params
 
 
+@pytest.fixture(scope="module")
+def reset_trees(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """One tree per release with the reset design applied, shared by the mutations: each
+    rewrites one file and puts it back."""
+    trees = {}
+    for version in RELEASES:
+        root = tree.clone(
+            tree.pristine_tree(releases.get(version)), tmp_path_factory.mktemp(version) / "vllm"
+        )
+        assert cli.main(["apply", str(root)]) == 0
+        trees[version] = root
+    return trees
+
+
 @pytest.mark.parametrize(("version", "file_ops", "index"), runner_call_sites())
 def test_removing_any_runner_call_site_fails_a_test(
-    version: str, file_ops: FileOperations, index: int, tmp_path: Path
+    reset_trees: dict[str, Path], version: str, file_ops: FileOperations, index: int
 ) -> None:
-    root = tree.clone(tree.pristine_tree(releases.get(version)), tmp_path / "vllm")
-    assert cli.main(["apply", str(root)]) == 0
+    root = reset_trees[version]
     operation = file_ops.operations[index]
     without = dataclasses.replace(
         file_ops, operations=tuple(op for op in file_ops.operations if op is not operation)
     )
+    patched = (root / file_ops.path).read_bytes()
     pristine_text = git(root, "show", f"HEAD:{file_ops.path}")
     (root / file_ops.path).write_text(apply_all(pristine_text, without))
-    result = run_patched_tests(root, Design.RESET, f"{PATCHED_TESTS}/test_runners.py")
+    try:
+        result = run_patched_tests(
+            root, Design.RESET, f"{PATCHED_TESTS}/test_runners.py", "-x", "-p", "no:benchmark"
+        )
+    finally:
+        (root / file_ops.path).write_bytes(patched)
     assert result.returncode == 1, f"no test noticed: {operation.why} ({Site(operation.site)})"
     assert " failed" in result.stdout.strip().splitlines()[-1]
-    shutil.rmtree(root)
+
+
+def test_the_mutations_start_from_a_tree_whose_runner_tests_pass(
+    reset_trees: dict[str, Path],
+) -> None:
+    """The control for the mutations above: unmutated, the same tests pass, so a
+    failure there is the removed site's."""
+    for root in reset_trees.values():
+        result = run_patched_tests(
+            root, Design.RESET, f"{PATCHED_TESTS}/test_runners.py", "-p", "no:benchmark"
+        )
+        assert result.returncode == 0, result.stdout[-4000:]

@@ -20,8 +20,10 @@ from ..syntax import (
     FileOperations,
     Find,
     InsertStatements,
+    Source,
     WrapInWith,
     contains_call,
+    find_scope,
     is_call,
     landing,
 )
@@ -38,6 +40,14 @@ PATH = "vllm/v1/worker/gpu/model_runner.py"
 _EXECUTE = "GPUModelRunner.execute_model"
 _RUN_FULLGRAPH = "self.cudagraph_manager.run_fullgraph"
 _MODEL_WITH = forward_context_with(_EXECUTE, "self.model")
+
+
+def _forward_info(source: Source) -> str:
+    """The forward_info statement for this runner: one that reads the attention metadata
+    per micro-batch where execute_model runs DBO micro-batches (0.30.0 on)."""
+    execute = find_scope(source, _EXECUTE)
+    dbo = any(isinstance(n, ast.Name) and n.id == "ubatch_state" for n in ast.walk(execute))
+    return landing("v2_forward_info_dbo.py" if dbo else "v2_forward_info.py")
 
 
 def operations(release: Release) -> FileOperations:
@@ -59,7 +69,7 @@ def operations(release: Release) -> FileOperations:
                         and any(contains_call(s, "set_forward_context") for s in n.orelse)
                     ),
                 ),
-                code=landing("v2_forward_info.py"),
+                code=_forward_info,
                 after=False,
                 names=forward_context_names(_MODEL_WITH, micro_batched=False),
             ),
