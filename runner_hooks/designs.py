@@ -30,11 +30,14 @@ DEFAULT_SYNC_PLANS: dict[str, str] = {
     "kernel": "current_stream",
     "randint": "geometric",
 }
-"""Each drawer's plan when none is given, by measurement (bench/results): with
-the kernel, the current stream is fastest eagerly and ties a side stream under
-graphs; with randint, geometric gives up a few points of per_seed's graph-mode
-gain for an eager forward far cheaper than per_seed's.  A drawer not listed
-gets FALLBACK_SYNC_PLAN."""
+"""Each drawer's plan when none is given, by measurement (bench/results,
+nvidia-h200-20261130: medians with 95% intervals over 150 shuffled rounds): with
+the kernel, the current stream is the fastest eagerly (or ties, at BS 2 and 8);
+under graphs it ties a single event on a side stream at BS 4 and 8 but is about
+3 µs slower at BS 1 and 2 (175.6 vs 172.7, 287.9 vs 284.0 µs), where the side
+stream wins; with randint, geometric gives up a few points of per_seed's
+graph-mode gain for an eager forward far cheaper than per_seed's.  A drawer not
+listed gets FALLBACK_SYNC_PLAN."""
 FALLBACK_SYNC_PLAN = "geometric"
 
 
