@@ -53,25 +53,17 @@ def _digest(data: bytes) -> str:
     return base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
 
 
+def pip_install(site: Path, wheel: Path) -> None:
+    """`wheel` installed by pip, without its dependencies, into the directory `site`."""
+    command = ["install", "-q", "--no-deps", "--no-compile", "--target", str(site), str(wheel)]
+    subprocess.run([sys.executable, "-m", "pip", *command], check=True)
+
+
 @pytest.fixture
 def site_026(wheel_026: Path, tmp_path: Path) -> Path:
     """vLLM 0.26.0 installed by pip into a throwaway site-packages directory."""
     site = tmp_path / "site-packages"
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "install",
-            "-q",
-            "--no-deps",
-            "--no-compile",
-            "--target",
-            str(site),
-            str(wheel_026),
-        ],
-        check=True,
-    )
+    pip_install(site, wheel_026)
     assert (site / "vllm-0.26.0.dist-info" / "INSTALLER").read_text().strip() == "pip"
     return site
 
@@ -85,21 +77,7 @@ def pip_installed_033(tmp_path_factory: pytest.TempPathFactory) -> Path:
             f"no vLLM 0.33.0 wheel in {tree.wheel_dir()}: .ci/install-vllm.sh puts it there"
         )
     site = tmp_path_factory.mktemp("pip") / "site-packages"
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "install",
-            "-q",
-            "--no-deps",
-            "--no-compile",
-            "--target",
-            str(site),
-            str(wheels[0]),
-        ],
-        check=True,
-    )
+    pip_install(site, wheels[0])
     return site
 
 
