@@ -21,8 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import fork_test, targets, vendor
-from .designs import DESIGNS, DesignSpec
-from .releases import Design, Release, Site, pristine_sha256
+from .releases import SITES_SINCE, Design, Release, Site, pristine_sha256
 from .syntax import FileOperations, SiteError, Source, apply_all, revert_all
 from .tree import Kind, Target, dirty_paths
 
@@ -65,8 +64,6 @@ def absent_sites(design: Design, release: Release) -> list[str]:
     """The call sites of `design` that `release` does not have, in words."""
     if design is not Design.RESET:
         return []
-    from .releases import SITES_SINCE
-
     return [
         f"{site} (not in vLLM {release.version}; added in {SITES_SINCE[site]})"
         for site in Site
@@ -240,10 +237,6 @@ def status(target: Target) -> TreeStatus:
             )
         )
     return TreeStatus(target, design, files)
-
-
-def spec(design: Design) -> DesignSpec:
-    return DESIGNS[design]
 
 
 def _added_files(target: Target, design: Design) -> dict[str, bytes]:

@@ -252,10 +252,12 @@ def _no_names(source: Source) -> dict[str, str]:
 
 @dataclass(frozen=True, kw_only=True)
 class Operation:
-    """One structural edit.  `why` is what a reviewer reads in `check`'s report; `site`
-    names the runner call site it hooks, if it is one."""
+    """One structural edit at the node `at`.  `why` is what a reviewer reads in `check`'s
+    report; `site` names the runner call site it hooks, if it is one."""
 
     why: str
+    at: Find
+    """The node the edit is made at."""
     site: str | None = None
 
     def apply(self, source: Source) -> str:
@@ -265,8 +267,8 @@ class Operation:
         raise NotImplementedError
 
     def located(self, source: Source) -> str:
-        """Where the edit lands, for `sr-prefetch versions`: line and scope."""
-        raise NotImplementedError
+        """Where the edit lands, for check and `sr-prefetch versions`."""
+        return f"line {self.at.node(source).lineno}"  # type: ignore[attr-defined]
 
 
 def _join_if_it_fits(code: str, columns: int = 88) -> str:
@@ -294,7 +296,6 @@ class InsertStatements(Operation):
     """Whole lines of `code` (a landing file's text, placeholders filled) inserted
     before or after the statement `at`, at its indentation."""
 
-    at: Find
     code: str | Callable[[Source], str]
     """The code, or a function of the file that picks it (a release's variant)."""
     after: bool = True
@@ -338,7 +339,6 @@ class AddWithItem(Operation):
     yet becomes `with (...)`, one item a line, as ruff formats a `with` of several
     items: its items' lines are the only existing lines re-indented."""
 
-    at: Find
     after_item: Callable[[ast.withitem], bool]
     code: str
     names: Names = _no_names
@@ -372,9 +372,7 @@ class AddWithItem(Operation):
             .startswith(",")
         ):
             raise SiteError(f"{self.at.qualname}: {self.at.what}: item not comma-ended")
-        item_line = source.text[source.line_start(item.context_expr.lineno) :]
-        prefix = item_line[: len(item_line) - len(item_line.lstrip())]
-        return source.line_end(line), indent(code, prefix) + ",\n"
+        return source.line_end(line), indent(code, source.indent_of(item.context_expr)) + ",\n"
 
     def _parenthesize(self, source: Source) -> str:
         """The text with the `with` at `at` written `with (\n    a,\n    b,\n):`."""
@@ -429,16 +427,12 @@ class AddWithItem(Operation):
         header = "with " + ", ".join(texts) + ":"
         return _splice(source.text, source.start(stmt), colon + 1, header)
 
-    def located(self, source: Source) -> str:
-        return f"line {self.at.node(source).lineno}"  # type: ignore[attr-defined]
-
 
 @dataclass(frozen=True, kw_only=True)
 class WrapInWith(Operation):
     """The one statement `at` put inside `with <code>:`, one level deeper; its own
     lines are the only ones re-indented."""
 
-    at: Find
     code: str
     names: Names = _no_names
     step: str = "    "
@@ -473,16 +467,12 @@ class WrapInWith(Operation):
         original = "".join(line[len(self.step) :] if line.strip() else line for line in lines)
         return _splice(source.text, start, end, original)
 
-    def located(self, source: Source) -> str:
-        return f"line {self.at.node(source).lineno}"  # type: ignore[attr-defined]
-
 
 @dataclass(frozen=True, kw_only=True)
 class ReplaceExpression(Operation):
     """The expression `at` replaced by `code`; `patched` finds `code` again to revert,
     where the expression `at` found is put back as `original` (placeholders filled)."""
 
-    at: Find
     code: str
     patched: Find
     original: str
@@ -499,9 +489,6 @@ class ReplaceExpression(Operation):
         old = substitute(self.original, self.names(source))
         return _splice(source.text, source.start(node), source.end(node), old)
 
-    def located(self, source: Source) -> str:
-        return f"line {self.at.node(source).lineno}"  # type: ignore[attr-defined]
-
 
 @dataclass(frozen=True, kw_only=True)
 class AddArgument(Operation):
@@ -510,7 +497,6 @@ class AddArgument(Operation):
     none).  Both must be written one per line with a trailing comma, as ruff formats them
     once they overflow a line."""
 
-    at: Find
     code: str
     keyword_only: bool = False
 
@@ -540,8 +526,7 @@ class AddArgument(Operation):
                 f"{self.at.qualname}: {self.at.what} is not one argument per line with a "
                 "trailing comma"
             )
-        line = source.text[source.line_start(last.lineno) :]  # type: ignore[attr-defined]
-        prefix = line[: len(line) - len(line.lstrip())]
+        prefix = source.indent_of(last)
         return source.line_end(last_line), indent(extra + self.code.rstrip("\n") + ",\n", prefix)
 
     def apply(self, source: Source) -> str:
@@ -576,9 +561,6 @@ class AddArgument(Operation):
             start = source.line_start(first_line - 1)
         return _splice(source.text, start, end, "")
 
-    def located(self, source: Source) -> str:
-        return f"line {self.at.node(source).lineno}"  # type: ignore[attr-defined]
-
 
 @dataclass(frozen=True, kw_only=True)
 class AddImportedNames(Operation):
@@ -586,7 +568,6 @@ class AddImportedNames(Operation):
     sorts them (constants, classes, then functions), and the statement written as ruff
     writes it: on one line where it fits, else one name per line."""
 
-    at: Find
     names: tuple[str, ...]
     line_length: int = 88
 
@@ -631,9 +612,6 @@ class AddImportedNames(Operation):
             except SiteError:
                 continue
         raise SiteError(f"{self.why}: the import is not written as the patch writes it")
-
-    def located(self, source: Source) -> str:
-        return f"line {self.at.node(source).lineno}"  # type: ignore[attr-defined]
 
 
 # --- a file's operations, applied in order ---------------------------------------------

@@ -84,7 +84,6 @@ class RemoteWheel(io.RawIOBase):
         self.wheel = wheel
         self._position = 0
         self._blocks: dict[int, bytes] = {}
-        self.requests = 0
 
     # -- io.RawIOBase --------------------------------------------------------------------
 
@@ -144,7 +143,6 @@ class RemoteWheel(io.RawIOBase):
             self.wheel.url,
             headers={"Range": f"bytes={start}-{end - 1}", "User-Agent": _USER_AGENT},
         )
-        self.requests += 1
         try:
             response = _urlopen(request)
             data = response.read()
