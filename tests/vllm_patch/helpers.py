@@ -6,6 +6,13 @@ import hashlib
 import subprocess
 from pathlib import Path
 
+import pytest
+
+from vllm_patch import cli, releases, targets
+
+TREE_FILES = ("vllm/__init__.py", "vllm/_version.py", *targets.PATHS)
+"""What sr-prefetch reads of a tree: the package marker, the version, the files it changes."""
+
 
 def git(root: Path, *args: str) -> str:
     return subprocess.run(
@@ -20,3 +27,32 @@ def snapshot(root: Path) -> dict[str, str]:
         for path in sorted(root.rglob("*"))
         if path.is_file() and ".git" not in path.relative_to(root).parts
     }
+
+
+def run(capsys: pytest.CaptureFixture[str], *args: str | Path) -> tuple[int, str]:
+    """sr-prefetch's exit status and everything it printed."""
+    status = cli.main([str(arg) for arg in args])
+    captured = capsys.readouterr()
+    return status, captured.out + captured.err
+
+
+def commit(root: Path, message: str) -> None:
+    git(root, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", message)
+
+
+def small_copy(pristine: Path, root: Path) -> Path:
+    """The files of `pristine` that sr-prefetch reads or changes, copied to `root`."""
+    for path in TREE_FILES:
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_bytes((pristine / path).read_bytes())
+    return root
+
+
+def small_git_copy(pristine: Path, root: Path, release: releases.Release = releases.NEWEST) -> Path:
+    """small_copy, committed and tagged as a pristine tree of `release` is."""
+    small_copy(pristine, root)
+    git(root, "init", "-q")
+    git(root, "add", "--all")
+    commit(root, f"vLLM v{release.version}")
+    git(root, "tag", f"v{release.version}")
+    return root

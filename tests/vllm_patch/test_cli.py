@@ -15,28 +15,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.vllm_patch.helpers import git, snapshot
+from tests.vllm_patch.helpers import commit, git, run, small_copy, small_git_copy, snapshot
 from vllm_patch import cli, fork_test, releases, targets, tree, vendor
 from vllm_patch.designs import DESIGNS
 from vllm_patch.releases import NEWEST, Design, Site
 from vllm_patch.targets import envs, ssu_dispatch, v1_runner, v2_cudagraph, v2_runner
 
-TREE_FILES = ("vllm/__init__.py", "vllm/_version.py", *targets.PATHS)
-"""What sr-prefetch reads of a tree: the package marker, the version, the files it changes."""
-
 OLDER = releases.get("0.29.0")
 """A release without the DBO capture site (added in 0.30.0)."""
-
-
-def run(capsys: pytest.CaptureFixture[str], *args: str | Path) -> tuple[int, str]:
-    """sr-prefetch's exit status and everything it printed."""
-    status = cli.main([str(arg) for arg in args])
-    captured = capsys.readouterr()
-    return status, captured.out + captured.err
-
-
-def commit(root: Path, message: str) -> None:
-    git(root, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", message)
 
 
 def changed_files(root: Path) -> set[str]:
@@ -51,24 +37,6 @@ def changed_paths(design: Design) -> set[str]:
 def added_paths() -> set[str]:
     """The files either design adds to a git tree: the vendored package and the fork test."""
     return set(vendor.vendored_files()) | {fork_test.PATH}
-
-
-def small_copy(pristine: Path, root: Path) -> Path:
-    """The files of `pristine` that sr-prefetch reads or changes, copied to `root`."""
-    for path in TREE_FILES:
-        (root / path).parent.mkdir(parents=True, exist_ok=True)
-        (root / path).write_bytes((pristine / path).read_bytes())
-    return root
-
-
-def small_git_copy(pristine: Path, root: Path, release: releases.Release = NEWEST) -> Path:
-    """small_copy, committed and tagged as a pristine tree of `release` is."""
-    small_copy(pristine, root)
-    git(root, "init", "-q")
-    git(root, "add", "--all")
-    commit(root, f"vLLM v{release.version}")
-    git(root, "tag", f"v{release.version}")
-    return root
 
 
 @pytest.fixture

@@ -19,17 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.vllm_patch.helpers import snapshot
-from vllm_patch import cli, fork_test, patch, releases, targets, tree, vendor
+from tests.vllm_patch.helpers import run, snapshot
+from vllm_patch import fork_test, patch, releases, targets, tree, vendor
 from vllm_patch.releases import Design
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def run(capsys: pytest.CaptureFixture[str], *args: str | Path) -> tuple[int, str]:
-    status = cli.main([str(arg) for arg in args])
-    captured = capsys.readouterr()
-    return status, captured.out + captured.err
 
 
 @pytest.fixture(scope="module")

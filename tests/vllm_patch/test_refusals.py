@@ -12,13 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.vllm_patch.helpers import git, snapshot
-from vllm_patch import cli, releases, targets
+from tests.vllm_patch.helpers import commit, git, small_copy, small_git_copy, snapshot
+from vllm_patch import cli, releases
 from vllm_patch.releases import NEWEST, Design
 from vllm_patch.targets import envs, ssu_dispatch, v1_runner, v2_cudagraph
-
-TREE_FILES = ("vllm/__init__.py", "vllm/_version.py", *targets.PATHS)
-"""What sr-prefetch reads of a tree: the package marker, the version, the files it changes."""
 
 TARGET_COMMANDS = ["apply", "check", "revert", "status"]
 
@@ -39,28 +36,11 @@ def applied(capsys: pytest.CaptureFixture[str], *args: str | Path) -> None:
     assert status == 0, captured.out + captured.err
 
 
-def commit(root: Path, message: str) -> None:
-    git(root, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", message)
-
-
-def small_copy(pristine: Path, root: Path) -> Path:
-    """The files of `pristine` that sr-prefetch reads or changes, copied to `root`."""
-    for path in TREE_FILES:
-        (root / path).parent.mkdir(parents=True, exist_ok=True)
-        (root / path).write_bytes((pristine / path).read_bytes())
-    return root
-
-
 @pytest.fixture
 def small_tree(pristine: Path, tmp_path: Path) -> Path:
     """A git tree of the pristine tree's files that sr-prefetch reads or changes,
     committed and tagged as the pristine tree is."""
-    root = small_copy(pristine, tmp_path / "small")
-    git(root, "init", "-q")
-    git(root, "add", "--all")
-    commit(root, f"vLLM v{NEWEST.version}")
-    git(root, "tag", f"v{NEWEST.version}")
-    return root
+    return small_git_copy(pristine, tmp_path / "small")
 
 
 def set_version(root: Path, version: str) -> None:

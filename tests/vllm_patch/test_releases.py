@@ -11,29 +11,22 @@ from pathlib import Path
 
 import pytest
 
-from tests.vllm_patch.helpers import snapshot
-from vllm_patch import cli, patch, releases, targets, tree
+from tests.vllm_patch.helpers import TREE_FILES, commit, run, snapshot
+from vllm_patch import patch, releases, targets, tree
 from vllm_patch.releases import RELEASES, Design, Site
 
 VERSIONS = [release.version for release in RELEASES]
-FILES = (*targets.PATHS, "vllm/__init__.py", "vllm/_version.py")
 
 
 def release_tree(root: Path, release: releases.Release, version: str | None = None) -> Path:
     """A source tree (no git) holding `release`'s files that the patch reads or changes;
     `version` rewrites its vllm/_version.py, as a fork's build would."""
-    for path, data in tree.release_files(release, FILES).items():
+    for path, data in tree.release_files(release, TREE_FILES).items():
         (root / path).parent.mkdir(parents=True, exist_ok=True)
         (root / path).write_bytes(data)
     if version is not None:
         (root / "vllm/_version.py").write_text(f"__version__ = version = '{version}'\n")
     return root
-
-
-def run(capsys: pytest.CaptureFixture[str], *args: str | Path) -> tuple[int, str]:
-    status = cli.main([str(arg) for arg in args])
-    captured = capsys.readouterr()
-    return status, captured.out + captured.err
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -198,11 +191,7 @@ def test_a_moved_site_fails_naming_function_and_release_and_changes_nothing(
     text = (root / path).read_text()
     assert text.count(moved[0]) == 1
     (root / path).write_text(text.replace(*moved))
-    subprocess.run(
-        ["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "move"],
-        cwd=root,
-        check=True,
-    )
+    commit(root, "move")
     before = snapshot(root)
     status, out = run(capsys, "apply", root)
     assert status == 1
