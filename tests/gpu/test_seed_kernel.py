@@ -268,6 +268,20 @@ print(elapsed, *(p for p in torch.ops.loaded_libraries if "stock_seeds" in p))
 """
 
 
+def run_child(code: str, timeout: int) -> subprocess.CompletedProcess[str]:
+    """`code` run by a fresh Python that imports this repository's packages."""
+    repo = Path(seed_kernel.__file__).resolve().parents[1]
+    path = os.pathsep.join(filter(None, [str(repo), os.environ.get("PYTHONPATH")]))
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        env={**os.environ, "PYTHONPATH": path},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
 def test_fresh_process_loads_the_cached_build(drawer: SeedDrawer) -> None:
     """A new process finds the build in torch's cache: nothing compiled or linked again."""
     (library,) = (Path(p) for p in torch.ops.loaded_libraries if "stock_seeds" in p)
@@ -276,16 +290,7 @@ def test_fresh_process_loads_the_cached_build(drawer: SeedDrawer) -> None:
     assert len(built) >= 2, f"expected the library and its object file in {library.parent}"
     stamps = [p.stat().st_mtime_ns for p in built]
 
-    repo = Path(seed_kernel.__file__).resolve().parents[1]
-    path = os.pathsep.join(filter(None, [str(repo), os.environ.get("PYTHONPATH")]))
-    child = subprocess.run(
-        [sys.executable, "-c", CHILD],
-        env={**os.environ, "PYTHONPATH": path},
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    child = run_child(CHILD, timeout=300)
     assert child.returncode == 0, child.stderr
     elapsed, loaded = child.stdout.split()[-2:]
     assert Path(loaded) == library
@@ -313,15 +318,6 @@ print(getattr(torch.ops, vendor.OP_NAMESPACE).stock_seeds.default.name())
 def test_the_vendored_namespace_builds_its_own_op_with_stock_values() -> None:
     """vLLM's copy registers the op under vLLM's namespace (vendor.OP_NAMESPACE): a
     separate build that draws stock's values, beside runner_hooks' own."""
-    repo = Path(seed_kernel.__file__).resolve().parents[1]
-    path = os.pathsep.join(filter(None, [str(repo), os.environ.get("PYTHONPATH")]))
-    child = subprocess.run(
-        [sys.executable, "-c", VENDORED_CHILD],
-        env={**os.environ, "PYTHONPATH": path},
-        capture_output=True,
-        text=True,
-        timeout=420,
-        check=False,
-    )
+    child = run_child(VENDORED_CHILD, timeout=420)
     assert child.returncode == 0, child.stderr[-3000:]
     assert child.stdout.split()[-1] == "_mamba_sr_seed_C::stock_seeds"
