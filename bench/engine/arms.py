@@ -1,0 +1,145 @@
+"""The arms the engine runs compare, and the settings every engine shares.
+
+An arm is a vLLM copy (stock, or patched with one design) plus the
+environment its process starts with; VLLM_MAMBA_SR_SEED_* are read once per
+process (vLLM caches its envs after engine start), so every arm needs a
+process of its own.  The controls are stock with a perturbation that the
+identity check must see.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+
+class Copy(str, enum.Enum):
+    """Which vLLM tree an arm imports: a key of the `--sites` mapping."""
+
+    STOCK = "stock"
+    RESET = "reset"
+    FORWARD_CONTEXT = "forward-context"
+
+
+class Runner(str, enum.Enum):
+    V1 = "v1"
+    V2 = "v2"
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {"VLLM_USE_V2_MODEL_RUNNER": "1" if self is Runner.V2 else "0"}
+
+
+class GraphMode(str, enum.Enum):
+    """vLLM's CUDA-graph mode of a run; EAGER is enforce_eager=True."""
+
+    FULL_AND_PIECEWISE = "FULL_AND_PIECEWISE"
+    PIECEWISE = "PIECEWISE"
+    EAGER = "eager"
+
+
+class Perturb(str, enum.Enum):
+    """The negative controls' change to stock."""
+
+    NONE = "none"
+    # XOR 1 into the seed of one SSU call in every N (layer 0 of every
+    # decode forward), by wrapping ssu_dispatch's torch.randint.
+    ONE_SEED = "one-seed"
+    # Another LLM(seed=...): every draw of the default generator moves.
+    GENERATOR_SEED = "generator-seed"
+
+
+@dataclass(frozen=True)
+class Arm:
+    name: str
+    copy: Copy
+    env: dict[str, str] = field(default_factory=dict)
+    perturb: Perturb = Perturb.NONE
+    control: bool = False
+    what: str = ""
+
+
+ON = {"VLLM_MAMBA_SR_SEED_PREFETCH": "1"}
+STOCK = Arm("stock", Copy.STOCK, what="vLLM 0.26.0 as released")
+ARMS: tuple[Arm, ...] = (
+    STOCK,
+    Arm(
+        "flag-off",
+        Copy.RESET,
+        {"VLLM_MAMBA_SR_SEED_PREFETCH": "0"},
+        what="patched (reset design), VLLM_MAMBA_SR_SEED_PREFETCH=0",
+    ),
+    Arm(
+        "reset-kernel",
+        Copy.RESET,
+        {**ON, "VLLM_MAMBA_SR_SEED_DRAWER": "kernel"},
+        what="reset design, one-kernel drawer (the default where it builds)",
+    ),
+    Arm(
+        "reset-randint",
+        Copy.RESET,
+        {**ON, "VLLM_MAMBA_SR_SEED_DRAWER": "randint"},
+        what="reset design, randint drawer",
+    ),
+    Arm(
+        "forward-context",
+        Copy.FORWARD_CONTEXT,
+        dict(ON),
+        what="the seed document's ForwardContext-identity design",
+    ),
+)
+CONTROLS: tuple[Arm, ...] = (
+    Arm(
+        "control-one-seed",
+        Copy.STOCK,
+        perturb=Perturb.ONE_SEED,
+        control=True,
+        what="stock, one SR seed in every 40 XOR 1",
+    ),
+    Arm(
+        "control-generator-seed",
+        Copy.STOCK,
+        perturb=Perturb.GENERATOR_SEED,
+        control=True,
+        what="stock, LLM(seed=1) instead of 0",
+    ),
+)
+BY_NAME = {arm.name: arm for arm in ARMS + CONTROLS}
+
+SEED = 0
+BATCH_SIZES = (1, 2, 4, 8)
+
+
+def engine_kwargs(model_dir: str, mode: GraphMode, seed: int = SEED) -> dict:
+    """LLM(...) arguments of every run: vLLM 0.26.0's FlashInfer SSU with fp16
+    state and stochastic rounding (5 Philox rounds), as the seed document
+    serves, with graphs for batch sizes 1-8.
+
+    kv_cache_memory_bytes skips vLLM's memory profiling, so engines on one
+    GPU can start side by side, and keeps the state small enough to hash
+    every step (1 GiB: a few dozen blocks, 8 requests need 8).
+    """
+    kwargs = dict(
+        model=model_dir,
+        load_format="dummy",
+        skip_tokenizer_init=True,
+        seed=seed,
+        attention_backend="TRITON_ATTN",
+        mamba_backend="flashinfer",
+        mamba_ssm_cache_dtype="float16",
+        enable_mamba_cache_stochastic_rounding=True,
+        mamba_cache_philox_rounds=5,
+        max_model_len=1024,
+        max_num_seqs=max(BATCH_SIZES),
+        # Small enough that long prompts are chunked and share steps with decodes.
+        max_num_batched_tokens=256,
+        enable_chunked_prefill=True,
+        gpu_memory_utilization=0.05,
+        kv_cache_memory_bytes=1 << 30,
+    )
+    if mode is GraphMode.EAGER:
+        kwargs["enforce_eager"] = True
+    else:
+        kwargs["cudagraph_capture_sizes"] = list(BATCH_SIZES)
+        kwargs["compilation_config"] = {"cudagraph_mode": mode.value}
+    return kwargs

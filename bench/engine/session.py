@@ -1,0 +1,89 @@
+"""What an engine run on the GPU machine needs, read from the environment, and
+the worker pool: one worker per (arm, runner), started side by side.
+
+    SR_ENGINE_SITES  copy=path,...  the vLLM copies (see tests/gpu/vllm/engine.sh)
+    SR_ENGINE_GPUS   0 or 0,1       GPUs; with two, V1 engines use the first, V2 the second
+    OUT              where results and engine logs go (default /tmp/out)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from . import model
+from .arms import Arm, Runner
+from .client import SITES_ENV, Worker, sites_from_env
+
+GPUS_ENV = "SR_ENGINE_GPUS"
+
+
+@dataclass(frozen=True)
+class Settings:
+    sites: dict[str, str]
+    gpus: tuple[str, ...]
+    out: Path
+
+    @classmethod
+    def from_env(cls) -> Settings | None:
+        sites = sites_from_env()
+        if sites is None:
+            return None
+        gpus = tuple(g for g in os.environ.get(GPUS_ENV, "0").split(",") if g)
+        return cls(sites, gpus, Path(os.environ.get("OUT", "/tmp/out")) / "engine")
+
+    def gpu(self, runner: Runner) -> str:
+        return self.gpus[list(Runner).index(runner) % len(self.gpus)]
+
+    @property
+    def model_dir(self) -> Path:
+        return model.write_model_dir(Path("/tmp/sr-engine-model"))
+
+
+SKIP_REASON = (
+    f"needs the staged vLLM 0.26.0 copies named in ${SITES_ENV} "
+    "(tests/gpu/vllm/engine.sh sets it on the GPU machine)"
+)
+
+
+def spawn_all(
+    pairs: list[tuple[Arm, Runner]], settings: Settings, tag: str
+) -> dict[tuple[str, str], Worker | Exception]:
+    """A worker per (arm, runner), started in parallel; a failure is kept, not raised."""
+    model_dir = settings.model_dir
+
+    def spawn(pair: tuple[Arm, Runner]) -> Worker | Exception:
+        arm, runner = pair
+        try:
+            return Worker.spawn(
+                arm,
+                runner,
+                sites=settings.sites,
+                model_dir=model_dir,
+                gpu=settings.gpu(runner),
+                log_dir=settings.out / tag / "logs",
+                cache_root=Path("/tmp/sr-engine-cache") / tag,
+            )
+        except Exception as error:
+            return error
+
+    with ThreadPoolExecutor(max_workers=len(pairs)) as pool:
+        spawned = list(pool.map(spawn, pairs))
+    return {(arm.name, runner.value): w for (arm, runner), w in zip(pairs, spawned, strict=False)}
+
+
+def close_all(workers: dict[Any, Worker | Exception]) -> None:
+    for worker in workers.values():
+        if isinstance(worker, Worker):
+            worker.close()
+
+
+def write_json(path: Path, data: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staged = path.with_suffix(".part")
+    staged.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+    staged.replace(path)

@@ -1,0 +1,97 @@
+"""Decode step time of every arm against stock, interleaved, and its summary.
+
+A sample is the mean wall time of `steps` consecutive `LLMEngine.step()`
+calls of a decode batch of `bs` requests (after `warm` steps of prefill and
+first decodes), with the GPU synchronized only at both ends: the period of
+back-to-back decode steps, what a user sees as inter-token latency, host and
+GPU together.  Averaging 48 steps per sample takes the step-to-step jitter
+(single `generate` calls varied by +-0.3 ms) down by ~7x; the rounds then
+give the median and its spread.  Each round takes one sample of every
+(arm, batch size) of one runner, in an order shuffled by
+`random.Random(seed, runner, round)`, so drift over the run falls on every
+arm alike and no arm keeps the same neighbour.  Intervals are percentile
+bootstraps over rounds (bench/stats.py), paired: a resample takes the same
+rounds for every arm, so the saving against stock keeps what a round's arms
+share.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from .. import stats
+from .arms import BATCH_SIZES
+
+
+@dataclass(frozen=True)
+class Plan:
+    rounds: int = 30
+    steps: int = 48
+    warm: int = 4
+    seed: int = 0
+    batch_sizes: tuple[int, ...] = BATCH_SIZES
+
+
+def interleave(
+    arms: Sequence[str],
+    plan: Plan,
+    runner: str,
+    sample: Callable[[str, int], float],
+) -> dict[int, dict[str, list[float]]]:
+    """samples[bs][arm]: one `sample(arm, bs)` per round, rounds shuffled."""
+    samples: dict[int, dict[str, list[float]]] = {
+        bs: {arm: [] for arm in arms} for bs in plan.batch_sizes
+    }
+    for round_index in range(plan.rounds):
+        order = [(arm, bs) for arm in arms for bs in plan.batch_sizes]
+        stats.seeded_rng(plan.seed, runner, round_index).shuffle(order)
+        for arm, bs in order:
+            samples[bs][arm].append(sample(arm, bs))
+    return samples
+
+
+def _ratio(stock: float, arm: float) -> float:
+    return arm / stock
+
+
+def _us(interval: stats.Interval | None) -> list[float] | None:
+    return None if interval is None else [round(v * 1e6, 2) for v in interval]
+
+
+def summarize(
+    samples: Mapping[str, Sequence[float]], stock: str, runner: str, bs: int
+) -> dict[str, dict]:
+    """Per arm: median µs per step, its 95% CI and IQR; the µs saved against
+    stock and the ratio to stock, with paired 95% intervals."""
+    present = {arm: list(values) for arm, values in samples.items() if values}
+    boot = stats.bootstrap_medians(
+        present, rng=stats.seeded_rng(stats.BOOTSTRAP_SEED, "engine", runner, bs)
+    )
+    enough = all(len(v) >= stats.MIN_SAMPLES for v in present.values())
+    rows: dict[str, dict] = {}
+    base = statistics.median(present[stock]) if stock in present else None
+    for arm, values in present.items():
+        median = statistics.median(values)
+        row = {
+            "samples": len(values),
+            "median_us": round(median * 1e6, 2),
+            "median_ci95_us": _us(stats.percentile_interval(boot[arm])) if enough else None,
+            "iqr_us": _us(stats.quartiles(values)),
+        }
+        if base is not None and arm != stock:
+            row["saved_us"] = round((base - median) * 1e6, 2)
+            row["saved_ci95_us"] = (
+                _us(stats.interval_of([boot[stock], boot[arm]], lambda s, a: s - a))
+                if enough
+                else None
+            )
+            row["ratio_to_stock"] = round(median / base, 4)
+            row["ratio_ci95"] = (
+                [round(v, 4) for v in ratio]
+                if enough and (ratio := stats.interval_of([boot[stock], boot[arm]], _ratio))
+                else None
+            )
+        rows[arm] = row
+    return rows

@@ -1,0 +1,283 @@
+"""One vLLM engine in this process, driven by commands on stdin (client.py).
+
+    python -m bench.engine.worker --arm NAME --model-dir DIR --reply-fd FD
+
+The process must already have its arm's environment (the vLLM copy on
+PYTHONPATH, VLLM_USE_V2_MODEL_RUNNER, VLLM_MAMBA_SR_SEED_*, the GPU in
+CUDA_VISIBLE_DEVICES, VLLM_ENABLE_V1_MULTIPROCESSING=0 for an in-process
+engine core): client.py sets it.  Each command is one JSON line; each reply
+is one JSON line on FD (vLLM logs to stdout, so replies do not go there):
+{"ok": true, ...} or {"ok": false, "error": ...}.
+
+    {"op": "start", "mode": "FULL_AND_PIECEWISE"}   build the engine (drops the last)
+    {"op": "identity"}                              the identity workload's record
+    {"op": "decode", "bs": 4, "steps": 48, "warm": 4}   seconds per decode step
+    {"op": "quit"}
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gc
+import hashlib
+import json
+import os
+import random
+import sys
+import time
+import traceback
+from typing import Any
+
+from . import arms, model
+from .arms import GraphMode, Perturb
+
+# The identity workload: requests of mixed prompt lengths arriving over the
+# run (engine step at which each is added), up to 8 running at once, long
+# prompts chunked (max_num_batched_tokens=256) into steps that also decode.
+PROMPT_LENGTHS = (5, 37, 300, 12, 180, 700, 64, 9, 450, 23, 90, 150)
+ARRIVAL_STEPS = (0, 0, 0, 3, 6, 10, 17, 25, 33, 41, 50, 60)
+MAX_TOKENS = (80, 96, 64, 72, 100, 40, 88, 70, 50, 96, 64, 56)
+PROMPT_SEED = 7
+TIMING_PROMPT_LENGTH = 32
+
+
+def prompts(lengths: tuple[int, ...], vocab: int, seed: int = PROMPT_SEED) -> list[list[int]]:
+    """Token ids, the same in every process (no tokenizer: ids 3.. vocab-1)."""
+    rng = random.Random(seed)
+    return [[rng.randrange(3, vocab) for _ in range(length)] for length in lengths]
+
+
+class _OneSeedPerturbed:
+    """Stands in for ssu_dispatch's `torch`: every `every`-th randint (layer 0
+    of each decode forward) comes back XOR 1.  Under CUDA graphs the XOR is
+    captured with the draw, so replays carry it too."""
+
+    def __init__(self, torch_module: Any, every: int) -> None:
+        self._torch = torch_module
+        self._every = every
+        self._calls = 0
+
+    def randint(self, *args: Any, **kwargs: Any) -> Any:
+        seed = self._torch.randint(*args, **kwargs)
+        self._calls += 1
+        return seed ^ 1 if self._calls % self._every == 1 else seed
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._torch, name)
+
+
+def _perturb_one_seed(every: int) -> None:
+    import torch
+    from vllm.model_executor.layers.mamba.ops import ssu_dispatch
+
+    ssu_dispatch.torch = _OneSeedPerturbed(torch, every)
+
+
+def _ssm_states(net: Any) -> list[Any]:
+    from vllm.model_executor.layers.mamba.mamba_mixer2 import MambaMixer2
+
+    return [
+        module.kv_cache[1]
+        for _, module in sorted(net.named_modules(), key=lambda item: item[0])
+        if isinstance(module, MambaMixer2)
+    ]
+
+
+_WEIGHTS: dict[int, Any] = {}
+
+
+def _weights(n: int, which: int) -> Any:
+    """Odd int64 weights, fixed per (length, which): a single changed 32-bit word
+    changes a weighted sum."""
+    import torch
+
+    key = n * 2 + which
+    if key not in _WEIGHTS:
+        gen = torch.Generator().manual_seed(which + 1)
+        w = torch.randint(0, 2**62, (n,), generator=gen, dtype=torch.int64) * 2 + 1
+        _WEIGHTS[key] = w.cuda()
+    return _WEIGHTS[key]
+
+
+def state_fingerprint(net: Any) -> str:
+    """Every Mamba-2 layer's whole fp16 SSM state, as two 64-bit weighted sums
+    of its 32-bit words per layer (on the GPU; integer sums do not depend on
+    order), hashed together in layer order."""
+    import torch
+
+    torch.cuda.synchronize()
+    digest = hashlib.sha256()
+    for state in _ssm_states(net):
+        words = state.contiguous().view(-1).view(torch.int32).to(torch.int64)
+        for which in (0, 1):
+            total = int((words * _weights(words.numel(), which)).sum().item())
+            digest.update(total.to_bytes(8, "little", signed=True))
+    return digest.hexdigest()
+
+
+def state_sha256(net: Any) -> str:
+    """sha256 of the bytes of every Mamba-2 layer's SSM state, in layer order."""
+    import torch
+
+    torch.cuda.synchronize()
+    digest = hashlib.sha256()
+    for state in _ssm_states(net):
+        digest.update(state.contiguous().view(-1).view(torch.uint8).cpu().numpy().tobytes())
+    return digest.hexdigest()
+
+
+def _logprobs(output: Any) -> list[list[Any]]:
+    """Per generated position: (token id, logprob as float.hex()) pairs, sorted."""
+    return [
+        sorted([token, float(entry.logprob).hex()] for token, entry in position.items())
+        for position in (output.logprobs or [])
+    ]
+
+
+class Engine:
+    def __init__(self, arm: arms.Arm, model_dir: str) -> None:
+        self.arm = arm
+        self.model_dir = model_dir
+        self.llm: Any = None
+        self.config = model.rank_config()
+        if arm.perturb is Perturb.ONE_SEED:
+            _perturb_one_seed(model.mamba2_layers(self.config))
+
+    def start(self, mode: str) -> dict:
+        from vllm import LLM
+
+        self.stop()
+        seed = 1 if self.arm.perturb is Perturb.GENERATOR_SEED else arms.SEED
+        began = time.perf_counter()
+        self.llm = LLM(**arms.engine_kwargs(self.model_dir, GraphMode(mode), seed))
+        count = self.llm.llm_engine.apply_model(model.init_weights)[0]
+        return {"start_s": time.perf_counter() - began, "parameters": count}
+
+    def stop(self) -> None:
+        if self.llm is None:
+            return
+        llm, self.llm = self.llm, None
+        with contextlib.suppress(Exception):
+            llm.llm_engine.engine_core.shutdown()
+        del llm
+        gc.collect()
+        from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
+
+        cleanup_dist_env_and_memory()
+
+    def _params(self, max_tokens: int, logprobs: int | None) -> Any:
+        from vllm import SamplingParams
+
+        return SamplingParams(
+            temperature=1.0,
+            max_tokens=max_tokens,
+            ignore_eos=True,
+            detokenize=False,
+            logprobs=logprobs,
+        )
+
+    def identity(self) -> dict:
+        engine = self.llm.llm_engine
+        pending = list(
+            zip(
+                ARRIVAL_STEPS,
+                (f"r{i}" for i in range(len(PROMPT_LENGTHS))),
+                prompts(PROMPT_LENGTHS, self.config["vocab_size"]),
+                MAX_TOKENS,
+                strict=False,
+            )
+        )
+        fingerprints: list[str] = []
+        produced: dict[str, int] = {}
+        finals: dict[str, Any] = {}
+        decode_steps = 0
+        step = 0
+        while pending or engine.has_unfinished_requests():
+            while pending and pending[0][0] <= step:
+                _, rid, ids, max_tokens = pending.pop(0)
+                engine.add_request(rid, {"prompt_token_ids": ids}, self._params(max_tokens, 1))
+            decoded = False
+            for out in engine.step():
+                completion = out.outputs[0]
+                before = produced.get(out.request_id, 0)
+                if before and len(completion.token_ids) > before:
+                    decoded = True
+                produced[out.request_id] = len(completion.token_ids)
+                finals[out.request_id] = completion
+            decode_steps += decoded
+            fingerprints.append(state_fingerprint_of(engine))
+            step += 1
+            if step > 2000:
+                raise RuntimeError("the identity workload did not finish in 2000 steps")
+        return {
+            "steps": step,
+            "decode_steps": decode_steps,
+            "fingerprints": fingerprints,
+            "state_sha256": engine.apply_model(state_sha256)[0],
+            "tokens": {rid: list(c.token_ids) for rid, c in sorted(finals.items())},
+            "logprobs": {rid: _logprobs(c) for rid, c in sorted(finals.items())},
+        }
+
+    def decode(self, bs: int, steps: int, warm: int) -> dict:
+        import torch
+
+        engine = self.llm.llm_engine
+        ids = [f"t{time.monotonic_ns()}-{i}" for i in range(bs)]
+        tokens = prompts((TIMING_PROMPT_LENGTH,) * bs, self.config["vocab_size"])
+        for rid, prompt in zip(ids, tokens, strict=False):
+            engine.add_request(
+                rid, {"prompt_token_ids": prompt}, self._params(warm + steps + 8, None)
+            )
+        for _ in range(warm):
+            engine.step()
+        torch.cuda.synchronize()
+        began = time.perf_counter()
+        for _ in range(steps):
+            engine.step()
+        torch.cuda.synchronize()
+        elapsed = time.perf_counter() - began
+        engine.abort_request(ids)
+        while engine.has_unfinished_requests():
+            engine.step()
+        return {"step_s": elapsed / steps}
+
+
+def state_fingerprint_of(engine: Any) -> str:
+    return engine.apply_model(state_fingerprint)[0]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--arm", required=True, choices=sorted(arms.BY_NAME))
+    parser.add_argument("--model-dir", required=True)
+    parser.add_argument("--reply-fd", type=int, required=True)
+    args = parser.parse_args(argv)
+    replies = os.fdopen(args.reply_fd, "w", buffering=1)
+    engine = Engine(arms.BY_NAME[args.arm], args.model_dir)
+    replies.write(json.dumps({"ok": True, "ready": args.arm, "pid": os.getpid()}) + "\n")
+    for line in sys.stdin:
+        command = json.loads(line)
+        op = command.pop("op")
+        if op == "quit":
+            break
+        try:
+            if op == "start":
+                reply = engine.start(**command)
+            elif op == "identity":
+                reply = engine.identity()
+            elif op == "decode":
+                reply = engine.decode(**command)
+            else:
+                raise ValueError(f"unknown op {op!r}")
+            reply = {"ok": True, **reply}
+        except Exception as error:
+            traceback.print_exc()
+            reply = {"ok": False, "error": f"{type(error).__name__}: {error}"}
+        replies.write(json.dumps(reply) + "\n")
+    engine.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

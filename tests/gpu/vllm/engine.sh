@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# The patched vLLM 0.26.0 engine on the GPU machine: the fork's test, identity to stock,
+# decode step time.  From the repo root, after vLLM 0.26.0 is staged into /tmp/site
+# (../shared/gpu/vllm-0.26/README.md: stage.sh 2, then `source .e2e/s2/stage.sh env`):
+#   bash tests/gpu/vllm/engine.sh fork identity timing
+# Each step is optional and runs in the order given:
+#   fork      tests/gpu/vllm/patched_installed.sh on a copy of /tmp/site (apply --installed,
+#             the fork's test per design, revert byte for byte)
+#   identity  tests/gpu/vllm/test_engine_identity.py (every arm x runner x graph mode)
+#   timing    bench/engine/test_engine_step.py (pytest-benchmark, interleaved rounds)
+# The patched copies (/tmp/site-reset, /tmp/site-forward-context) are hard-linked copies
+# of /tmp/site (the patch replaces files, it never writes through a link), made once.
+# With two GPUs, V1 engines run on the first and V2 engines on the second.
+# Results go to $OUT/engine (default /tmp/out/engine).
+set -uo pipefail
+out=${OUT:-/tmp/out}
+mkdir -p "$out/engine"
+export OUT=$out TORCH_EXTENSIONS_DIR=/tmp/torch_ext
+export SR_ENGINE_SITES="stock=/tmp/site,reset=/tmp/site-reset,forward-context=/tmp/site-forward-context"
+export SR_ENGINE_GPUS=${SR_ENGINE_GPUS:-$(nvidia-smi --query-gpu=index --format=csv,noheader | head -2 | paste -sd, -)}
+status=0
+for design in reset forward-context; do
+  copy=/tmp/site-$design
+  if [ ! -f "$copy.patched" ]; then
+    rm -rf "$copy" && cp -al /tmp/site "$copy" \
+      && python3 -m vllm_patch apply "$copy" --design "$design" \
+      && touch "$copy.patched" || { echo "could not patch $copy"; exit 1; }
+  fi
+done
+nvidia-smi --query-gpu=index,name,driver_version --format=csv,noheader | tee "$out/engine/gpus.txt"
+for step in "$@"; do
+  echo "=== $step $(date -u +%T)"
+  case $step in
+    fork)
+      rm -rf /tmp/site-fork && cp -al /tmp/site /tmp/site-fork
+      PYTHONPATH=$PWD:/tmp/site-fork bash tests/gpu/vllm/patched_installed.sh || status=1 ;;
+    identity)
+      python3 -m pytest tests/gpu/vllm/test_engine_identity.py -v -p no:cacheprovider \
+        2>&1 | tee "$out/engine/identity-pytest.log"
+      [ "${PIPESTATUS[0]}" = 0 ] || status=1 ;;
+    timing)
+      python3 -m pytest bench/engine/test_engine_step.py --benchmark-only -v \
+        -p no:cacheprovider --benchmark-json="$out/engine/benchmark.json" \
+        2>&1 | tee "$out/engine/timing-pytest.log"
+      [ "${PIPESTATUS[0]}" = 0 ] || status=1 ;;
+    *) echo "unknown step $step (fork, identity, timing)"; exit 2 ;;
+  esac
+done
+echo "=== done $(date -u +%T), exit status $status"
+exit $status

@@ -1,0 +1,165 @@
+"""The patched vLLM 0.26.0 engine against stock, value by value, on a GPU.
+
+For every arm (bench/engine/arms.py: patched with the flag off, the reset
+design with each drawer, the forward-context design), both model runners and
+the three CUDA-graph modes, one engine runs the same workload as stock
+(bench/engine/worker.py: 12 requests of 5-700 prompt tokens arriving over
+the run, chunked prefill sharing steps with decodes, up to 8 running,
+temperature 1, LLM(seed=0)) and must give, step by step, the same fp16 SSM
+state of every Mamba-2 layer, and at the end the same state bytes, token ids
+and logprobs.  Two negative controls must differ: stock with one seed in
+every 40 XOR 1, and stock under another generator seed.
+
+Run on the GPU machine by tests/gpu/vllm/engine.sh, which stages the copies
+and sets SR_ENGINE_SITES; skipped elsewhere.  Records go to
+$OUT/engine/identity.json.
+"""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+
+from bench.engine import model
+from bench.engine.arms import ARMS, CONTROLS, STOCK, GraphMode, Perturb, Runner
+from bench.engine.client import Worker
+from bench.engine.session import SKIP_REASON, Settings, close_all, spawn_all, write_json
+
+pytestmark = pytest.mark.gpu
+
+MIN_DECODE_STEPS = 64
+PATCHED = [arm.name for arm in ARMS if arm is not STOCK]
+
+
+def key(arm: str, runner: Runner, mode: GraphMode) -> str:
+    return f"{arm}/{runner.value}/{mode.value}"
+
+
+def _run_worker(worker: Worker | Exception, respawn: Any, keep: Any) -> list[str]:
+    """Each mode's record from one worker, to `keep(mode, record)` as it comes,
+    respawning the worker once after a failure; returns its engagement lines."""
+    lines: list[str] = []
+    for mode in GraphMode:
+        for attempt in (1, 2):
+            try:
+                if isinstance(worker, Exception):
+                    raise worker
+                started = worker.call("start", mode=mode.value)
+                record = worker.call("identity")
+                record["start_s"] = started["start_s"]
+                break
+            except Exception as error:
+                record = {"error": f"{type(error).__name__}: {error}", "attempt": attempt}
+                if isinstance(worker, Worker):
+                    worker.close()
+                worker = respawn()
+        keep(mode, record)
+    if isinstance(worker, Worker):
+        lines = worker.engagement()
+        worker.close()
+    return lines
+
+
+@pytest.fixture(scope="module")
+def identity() -> dict[str, Any]:
+    settings = Settings.from_env()
+    if settings is None:
+        pytest.skip(SKIP_REASON)
+    pairs = [(arm, runner) for runner in Runner for arm in ARMS + CONTROLS]
+    workers = spawn_all(pairs, settings, "identity")
+    records: dict[str, Any] = {}
+    engagement: dict[str, list[str]] = {}
+    lock = threading.Lock()
+    path = settings.out / "identity.json"
+
+    def run(pair: tuple[Any, Runner]) -> None:
+        arm, runner = pair
+
+        def respawn() -> Worker | Exception:
+            return spawn_all([pair], settings, "identity")[arm.name, runner.value]
+
+        def keep(mode: GraphMode, got: dict) -> None:
+            with lock:
+                records[key(arm.name, runner, mode)] = got
+                write_json(path, {"records": records, "engagement": engagement})
+
+        lines = _run_worker(workers[arm.name, runner.value], respawn, keep)
+        with lock:
+            engagement[f"{arm.name}/{runner.value}"] = lines
+
+    try:
+        with ThreadPoolExecutor(max_workers=len(pairs)) as pool:
+            list(pool.map(run, pairs))
+    finally:
+        close_all(workers)
+    data = {
+        "records": records,
+        "engagement": engagement,
+        "model": model.rank_config(),
+        "model_source": model.SOURCE,
+        "gpus": list(settings.gpus),
+    }
+    write_json(path, data)
+    return data
+
+
+def record(identity: dict[str, Any], arm: str, runner: Runner, mode: GraphMode) -> dict:
+    got = identity["records"][key(arm, runner, mode)]
+    if "error" in got:
+        pytest.fail(f"{key(arm, runner, mode)} did not run: {got['error']}", pytrace=False)
+    return got
+
+
+def first_difference(a: list[str], b: list[str]) -> int | None:
+    """The first step whose fingerprints differ (or where one run is longer), or None."""
+    for step, (x, y) in enumerate(zip(a, b, strict=False)):
+        if x != y:
+            return step
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+@pytest.mark.parametrize("mode", list(GraphMode), ids=lambda m: m.value)
+@pytest.mark.parametrize("runner", list(Runner), ids=lambda r: r.value)
+@pytest.mark.parametrize("arm", PATCHED)
+def test_identical_to_stock(identity, arm: str, runner: Runner, mode: GraphMode) -> None:
+    stock = record(identity, STOCK.name, runner, mode)
+    got = record(identity, arm, runner, mode)
+    assert stock["decode_steps"] >= MIN_DECODE_STEPS, stock["decode_steps"]
+    step = first_difference(stock["fingerprints"], got["fingerprints"])
+    assert step is None, f"the SSM state differs from stock's from engine step {step} on"
+    assert got["state_sha256"] == stock["state_sha256"]
+    assert got["tokens"] == stock["tokens"]
+    assert got["logprobs"] == stock["logprobs"]
+
+
+@pytest.mark.parametrize("mode", list(GraphMode), ids=lambda m: m.value)
+@pytest.mark.parametrize("runner", list(Runner), ids=lambda r: r.value)
+@pytest.mark.parametrize("control", CONTROLS, ids=lambda a: a.name)
+def test_negative_control_differs(identity, control, runner: Runner, mode: GraphMode) -> None:
+    """The check above can fail: a perturbed stock does not pass it."""
+    stock = record(identity, STOCK.name, runner, mode)
+    got = record(identity, control.name, runner, mode)
+    assert first_difference(stock["fingerprints"], got["fingerprints"]) is not None
+    assert got["state_sha256"] != stock["state_sha256"]
+    if control.perturb is Perturb.GENERATOR_SEED:
+        assert got["tokens"] != stock["tokens"]
+
+
+@pytest.mark.parametrize("runner", list(Runner), ids=lambda r: r.value)
+def test_engagement_line(identity, runner: Runner) -> None:
+    """The engine log names the design, drawer, sync plan and N; off, it says nothing."""
+    lines = {arm.name: identity["engagement"][f"{arm.name}/{runner.value}"] for arm in ARMS}
+    n = model.mamba2_layers()
+    expected = {
+        "reset-kernel": ("explicit-reset design", "kernel drawer"),
+        "reset-randint": ("explicit-reset design", "randint drawer"),
+        "forward-context": ("forward-context design", "drawer"),
+    }
+    for arm, words in expected.items():
+        joined = " | ".join(lines[arm])
+        assert f"seeds for {n} layers per forward" in joined, (arm, joined)
+        assert all(word in joined for word in words) and "sync plan" in joined, (arm, joined)
+    assert lines["stock"] == [] and lines["flag-off"] == [], lines
