@@ -60,7 +60,10 @@ def timing() -> dict[str, Any]:
             reply = ready[arm].call("decode", bs=bs, steps=PLAN.steps, warm=PLAN.warm)
             return reply["step_s"]
 
-        samples = interleave(list(ready), PLAN, runner.value, sample)
+        def partial(samples: dict) -> None:
+            write_json(settings.out / f"timing-{runner.value}-partial.json", samples)
+
+        samples = interleave(list(ready), PLAN, runner.value, sample, partial)
         return {
             "samples_s": {str(bs): s for bs, s in samples.items()},
             "summary": {

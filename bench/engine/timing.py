@@ -39,6 +39,7 @@ def interleave(
     plan: Plan,
     runner: str,
     sample: Callable[[str, int], float],
+    after_round: Callable[[dict[int, dict[str, list[float]]]], None] = lambda _: None,
 ) -> dict[int, dict[str, list[float]]]:
     """samples[bs][arm]: one `sample(arm, bs)` per round, rounds shuffled."""
     samples: dict[int, dict[str, list[float]]] = {
@@ -49,6 +50,7 @@ def interleave(
         stats.seeded_rng(plan.seed, runner, round_index).shuffle(order)
         for arm, bs in order:
             samples[bs][arm].append(sample(arm, bs))
+        after_round(samples)
     return samples
 
 
