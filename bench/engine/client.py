@@ -53,12 +53,14 @@ class Worker:
         gpu: str,
         log_dir: Path,
         cache_root: Path,
+        extra_env: dict[str, str] | None = None,
     ) -> Worker:
         if arm.copy.value not in sites:
             raise ValueError(f"{SITES_ENV} names no vLLM for the {arm.copy.value!r} copy")
         env = dict(os.environ)
         env.update(arm.env)
         env.update(runner.env)
+        env.update(extra_env or {})
         env.update(
             PYTHONPATH=os.pathsep.join([str(REPO), sites[arm.copy.value]]),
             CUDA_VISIBLE_DEVICES=gpu,

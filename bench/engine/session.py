@@ -51,7 +51,10 @@ SKIP_REASON = (
 
 
 def spawn_all(
-    pairs: list[tuple[Arm, Runner]], settings: Settings, tag: str
+    pairs: list[tuple[Arm, Runner]],
+    settings: Settings,
+    tag: str,
+    extra_env: dict[str, str] | None = None,
 ) -> dict[tuple[str, str], Worker | Exception]:
     """A worker per (arm, runner), started in parallel; a failure is kept, not raised."""
     model_dir = settings.model_dir
@@ -67,6 +70,7 @@ def spawn_all(
                 gpu=settings.gpu(runner),
                 log_dir=settings.out / tag / "logs",
                 cache_root=Path("/tmp/sr-engine-cache") / tag,
+                extra_env=extra_env,
             )
         except Exception as error:
             return error

@@ -3,9 +3,10 @@
 The session (timing.py) starts one engine per (arm, runner) with
 FULL_AND_PIECEWISE graphs, the V1 engines on one GPU and the V2 engines on
 the other where there are two (SR_ENGINE_GPUS), and takes interleaved rounds
-of every arm and batch size, both runners at once.  Its figures (median, 95%
-CI, IQR, µs saved against stock and ratio, with paired intervals) go into
-each test's `extra_info` and $OUT/engine/timing.json.  What pytest-benchmark
+of every arm and batch size, one runner after the other.  Its figures for the
+step's wall time and the forward's GPU time (median, 95% CI, IQR, µs saved
+against stock and ratio, with paired intervals) go into each test's
+`extra_info` and $OUT/engine/timing.json.  What pytest-benchmark
 itself times is one such sample (a burst of decode steps) of that arm alone,
 a few times, for `--benchmark-compare` between runs of the same arm.
 
@@ -23,12 +24,15 @@ import pytest
 from .arms import ARMS, STOCK, GraphMode, Runner
 from .client import Worker
 from .session import SKIP_REASON, Settings, close_all, spawn_all, write_json
-from .timing import Plan, interleave, summarize
+from .timing import Plan, Samples, column, interleave, summarize
 
 pytest.importorskip("pytest_benchmark", reason="the bench needs pytest-benchmark")
 pytestmark = pytest.mark.gpu
 
 PLAN = Plan(rounds=int(os.environ.get("SR_ENGINE_ROUNDS", Plan.rounds)))
+
+
+FIGURES = {"step": "step_s", "forward": "forward_s"}
 
 
 @pytest.fixture(scope="module")
@@ -53,28 +57,32 @@ def timing() -> dict[str, Any]:
                 failed[f"{arm.name}/{runner.value}"] = f"{type(error).__name__}: {error}"
         return ready
 
-    def measure(runner: Runner) -> dict[str, Any]:
-        ready = started(runner)
+    def measure(runner: Runner, ready: dict[str, Worker]) -> dict[str, Any]:
+        def sample(arm: str, bs: int) -> dict:
+            return ready[arm].call("decode", bs=bs, steps=PLAN.steps, warm=PLAN.warm)
 
-        def sample(arm: str, bs: int) -> float:
-            reply = ready[arm].call("decode", bs=bs, steps=PLAN.steps, warm=PLAN.warm)
-            return reply["step_s"]
-
-        def partial(samples: dict) -> None:
+        def partial(samples: Samples) -> None:
             write_json(settings.out / f"timing-{runner.value}-partial.json", samples)
 
         samples = interleave(list(ready), PLAN, runner.value, sample, partial)
         return {
-            "samples_s": {str(bs): s for bs, s in samples.items()},
+            "samples": {str(bs): per_arm for bs, per_arm in samples.items()},
             "summary": {
-                str(bs): summarize(s, STOCK.name, runner.value, bs) for bs, s in samples.items()
+                name: {
+                    str(bs): summarize(per_arm, STOCK.name, f"{runner.value}-{name}", bs)
+                    for bs, per_arm in column(samples, figure).items()
+                }
+                for name, figure in FIGURES.items()
             },
             "engagement": {arm: w.engagement() for arm, w in ready.items()},
         }
 
     try:
+        # Engines start side by side; the runners are measured one after the
+        # other, so that one's host work does not add to the other's spread.
         with ThreadPoolExecutor(max_workers=len(Runner)) as pool:
-            results = dict(zip((r.value for r in Runner), pool.map(measure, Runner), strict=False))
+            ready = dict(zip(Runner, pool.map(started, Runner), strict=True))
+        results = {runner.value: measure(runner, ready[runner]) for runner in Runner}
         data = {
             "runners": results,
             "failed": failed,
@@ -95,8 +103,13 @@ def timing() -> dict[str, Any]:
 def test_decode_step(benchmark, timing, arm: str, runner: Runner, bs: int) -> None:
     if f"{arm}/{runner.value}" in timing["failed"]:
         pytest.fail(timing["failed"][f"{arm}/{runner.value}"], pytrace=False)
-    row = timing["runners"][runner.value]["summary"][str(bs)][arm]
-    benchmark.extra_info.update(row, runner=runner.value, batch_size=bs, arm=arm)
+    summary = timing["runners"][runner.value]["summary"]
+    benchmark.extra_info.update(
+        {name: summary[name][str(bs)].get(arm) for name in FIGURES},
+        runner=runner.value,
+        batch_size=bs,
+        arm=arm,
+    )
     worker = timing["workers"][arm, runner.value]
     benchmark.pedantic(
         lambda: worker.call("decode", bs=bs, steps=PLAN.steps, warm=PLAN.warm),

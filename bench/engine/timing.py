@@ -1,12 +1,19 @@
 """Decode step time of every arm against stock, interleaved, and its summary.
 
-A sample is the mean wall time of `steps` consecutive `LLMEngine.step()`
-calls of a decode batch of `bs` requests (after `warm` steps of prefill and
-first decodes), with the GPU synchronized only at both ends: the period of
-back-to-back decode steps, what a user sees as inter-token latency, host and
-GPU together.  Averaging 48 steps per sample takes the step-to-step jitter
-(single `generate` calls varied by +-0.3 ms) down by ~7x; the rounds then
-give the median and its spread.  Each round takes one sample of every
+A sample holds two figures of `steps` consecutive `LLMEngine.step()` calls
+of a decode batch of `bs` requests (after `warm` steps of prefill and first
+decodes):
+- step_s: their mean wall time, the GPU synchronized only at both ends: the
+  period of back-to-back decode steps, what a user sees as inter-token
+  latency, host and GPU together;
+- forward_s: the median over those steps of the model runner's
+  execute_model as the GPU's timeline sees it (CUDA events, worker.py's
+  ForwardSpans): the forward, where the seeds are drawn, without the
+  scheduler's and sampler's host time.
+On 2026-11-30 (H200 x2, both runners measured at once, 16 rounds) step_s
+had IQRs of 190-1250 µs (median 620) at 3.1-4.1 ms per step, far above the
+~100 µs at stake: the host side of a step varies that much.  Hence forward_s, and the
+runners measured one after the other.  Each round takes one sample of every
 (arm, batch size) of one runner, in an order shuffled by
 `random.Random(seed, runner, round)`, so drift over the run falls on every
 arm alike and no arm keeps the same neighbour.  Intervals are percentile
@@ -34,24 +41,37 @@ class Plan:
     batch_sizes: tuple[int, ...] = BATCH_SIZES
 
 
+Samples = dict[int, dict[str, list[dict[str, float]]]]
+"""samples[bs][arm]: one dict of figures per round, e.g. {"step_s": ..., "forward_s": ...}."""
+
+
 def interleave(
     arms: Sequence[str],
     plan: Plan,
     runner: str,
-    sample: Callable[[str, int], float],
-    after_round: Callable[[dict[int, dict[str, list[float]]]], None] = lambda _: None,
-) -> dict[int, dict[str, list[float]]]:
-    """samples[bs][arm]: one `sample(arm, bs)` per round, rounds shuffled."""
-    samples: dict[int, dict[str, list[float]]] = {
-        bs: {arm: [] for arm in arms} for bs in plan.batch_sizes
-    }
+    sample: Callable[[str, int], Mapping[str, float]],
+    after_round: Callable[[Samples], None] = lambda _: None,
+) -> Samples:
+    """One `sample(arm, bs)` of every (arm, batch size) per round, in shuffled order."""
+    samples: Samples = {bs: {arm: [] for arm in arms} for bs in plan.batch_sizes}
     for round_index in range(plan.rounds):
         order = [(arm, bs) for arm in arms for bs in plan.batch_sizes]
         stats.seeded_rng(plan.seed, runner, round_index).shuffle(order)
         for arm, bs in order:
-            samples[bs][arm].append(sample(arm, bs))
+            samples[bs][arm].append(dict(sample(arm, bs)))
         after_round(samples)
     return samples
+
+
+def column(samples: Samples, figure: str) -> dict[int, dict[str, list[float]]]:
+    """One figure of every sample, where the sample has it."""
+    return {
+        bs: {
+            arm: [s[figure] for s in rows if s.get(figure) is not None]
+            for arm, rows in per_arm.items()
+        }
+        for bs, per_arm in samples.items()
+    }
 
 
 def _ratio(stock: float, arm: float) -> float:

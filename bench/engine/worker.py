@@ -11,7 +11,8 @@ is one JSON line on FD (vLLM logs to stdout, so replies do not go there):
 
     {"op": "start", "mode": "FULL_AND_PIECEWISE"}   build the engine (drops the last)
     {"op": "identity"}                              the identity workload's record
-    {"op": "decode", "bs": 4, "steps": 48, "warm": 4}   seconds per decode step
+    {"op": "decode", "bs": 4, "steps": 48, "warm": 4}   seconds per decode step (wall),
+                                                    and the median forward (GPU)
     {"op": "quit"}
 """
 
@@ -24,6 +25,7 @@ import hashlib
 import json
 import os
 import random
+import statistics
 import sys
 import time
 import traceback
@@ -135,11 +137,49 @@ def _logprobs(output: Any) -> list[list[Any]]:
     ]
 
 
+class ForwardSpans:
+    """CUDA events around the model runner's `execute_model`, one pair per call.
+
+    A pair spans, on the GPU's timeline, from where the host entered
+    execute_model (input preparation, then the forward: a graph replay, or
+    the eager / piecewise kernels) to where it left: the step's forward as
+    the GPU sees it, without the scheduler, sampling and output processing
+    around it (whose host time the wall clock carries).
+    """
+
+    def __init__(self) -> None:
+        self.pairs: list[tuple[Any, Any]] = []
+
+    def install(self, worker: Any) -> None:
+        import torch
+
+        runner = worker.model_runner
+        original = runner.execute_model
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            start = torch.cuda.Event(enable_timing=True)
+            end = torch.cuda.Event(enable_timing=True)
+            start.record()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                end.record()
+                self.pairs.append((start, end))
+
+        runner.execute_model = timed
+
+    def take(self) -> list[float]:
+        """Seconds of each pair recorded since the last take (the GPU must be synchronized)."""
+        pairs, self.pairs = self.pairs, []
+        return [start.elapsed_time(end) / 1e3 for start, end in pairs]
+
+
 class Engine:
     def __init__(self, arm: arms.Arm, model_dir: str) -> None:
         self.arm = arm
         self.model_dir = model_dir
         self.llm: Any = None
+        self.spans = ForwardSpans()
         self.config = model.rank_config()
         if arm.perturb is Perturb.ONE_SEED:
             _perturb_one_seed(model.mamba2_layers(self.config))
@@ -152,6 +192,7 @@ class Engine:
         began = time.perf_counter()
         self.llm = LLM(**arms.engine_kwargs(self.model_dir, GraphMode(mode), seed))
         count = self.llm.llm_engine.apply_model(model.init_weights)[0]
+        self.llm.llm_engine.collective_rpc(self.spans.install)
         return {"start_s": time.perf_counter() - began, "parameters": count}
 
     def stop(self) -> None:
@@ -232,15 +273,22 @@ class Engine:
         for _ in range(warm):
             engine.step()
         torch.cuda.synchronize()
+        self.spans.take()
         began = time.perf_counter()
         for _ in range(steps):
             engine.step()
         torch.cuda.synchronize()
         elapsed = time.perf_counter() - began
+        forwards = self.spans.take()
         engine.abort_request(ids)
         while engine.has_unfinished_requests():
             engine.step()
-        return {"step_s": elapsed / steps}
+        self.spans.take()
+        return {
+            "step_s": elapsed / steps,
+            "forward_s": statistics.median(forwards) if forwards else None,
+            "forwards": len(forwards),
+        }
 
 
 def state_fingerprint_of(engine: Any) -> str:

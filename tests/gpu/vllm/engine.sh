@@ -8,6 +8,11 @@
 #             the fork's test per design, revert byte for byte)
 #   identity  tests/gpu/vllm/test_engine_identity.py (every arm x runner x graph mode)
 #   timing    bench/engine/test_engine_step.py (pytest-benchmark, interleaved rounds)
+#   pack      everything but the three result JSONs into $OUT/engine-run.tar.xz (a device
+#             call brings back only a few files, none deep); run it last, also after a
+#             step cut off by `timeout`
+# An identity run cut off by a time limit goes on where it stopped when run again on the
+# same machine (its records are kept in /tmp/sr-engine/identity.json).
 # The patched copies (/tmp/site-reset, /tmp/site-forward-context) are hard-linked copies
 # of /tmp/site (the patch replaces files, it never writes through a link), made once.
 # With two GPUs, V1 engines run on the first and V2 engines on the second.
@@ -15,7 +20,7 @@
 set -uo pipefail
 out=${OUT:-/tmp/out}
 mkdir -p "$out/engine"
-export OUT=$out TORCH_EXTENSIONS_DIR=/tmp/torch_ext
+export OUT=$out TORCH_EXTENSIONS_DIR=/tmp/torch_ext SR_ENGINE_RESUME=/tmp/sr-engine/identity.json
 export SR_ENGINE_SITES="stock=/tmp/site,reset=/tmp/site-reset,forward-context=/tmp/site-forward-context"
 export SR_ENGINE_GPUS=${SR_ENGINE_GPUS:-$(nvidia-smi --query-gpu=index --format=csv,noheader | head -2 | paste -sd, -)}
 status=0
@@ -43,7 +48,11 @@ for step in "$@"; do
         -p no:cacheprovider --benchmark-json="$out/engine/benchmark.json" \
         2>&1 | tee "$out/engine/timing-pytest.log"
       [ "${PIPESTATUS[0]}" = 0 ] || status=1 ;;
-    *) echo "unknown step $step (fork, identity, timing)"; exit 2 ;;
+    pack)
+      (cd "$out" && find . -type f ! -name engine-run.tar.xz ! -path ./engine/identity.json \
+         ! -path ./engine/timing.json ! -path ./engine/benchmark.json -print0 \
+         | tar --null -T - -cJf engine-run.tar.xz --remove-files) || status=1 ;;
+    *) echo "unknown step $step (fork, identity, timing, pack)"; exit 2 ;;
   esac
 done
 echo "=== done $(date -u +%T), exit status $status"

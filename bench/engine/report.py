@@ -1,0 +1,164 @@
+"""Markdown and compact JSON from an engine run's identity.json and timing.json.
+
+    python -m bench.engine.report --identity OUT/engine/identity.json [more...] \\
+        --timing OUT/engine/timing.json --prefix bench/results/engine-<gpu>-<date>
+
+writes <prefix>.md, <prefix>.identity.json (each record reduced to what the
+comparison needs: fingerprints cut to 16 hex digits, tokens and logprobs as
+sha256) and <prefix>.timing.json.  Several identity files (runs of the same
+code) are merged in order; a later record of a cell is kept beside the first,
+as another run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from .arms import ARMS, CONTROLS, STOCK, GraphMode, Runner
+
+SHORT = 16
+
+
+def _sha(value: Any) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()
+
+
+def compact_record(record: dict[str, Any]) -> dict[str, Any]:
+    if "error" in record:
+        return {"error": record["error"]}
+    return {
+        "steps": record["steps"],
+        "decode_steps": record["decode_steps"],
+        "start_s": round(record.get("start_s", 0.0), 1),
+        "fingerprints": [f[:SHORT] for f in record["fingerprints"]],
+        "state_sha256": record["state_sha256"],
+        "tokens_sha256": _sha(record["tokens"]),
+        "logprobs_sha256": _sha(record["logprobs"]),
+    }
+
+
+def merge_identity(runs: Sequence[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """cell -> the compact record of each run that has it, in run order."""
+    merged: dict[str, list[dict[str, Any]]] = {}
+    for run in runs:
+        for cell, record in run["records"].items():
+            compact = record if "tokens_sha256" in record else compact_record(record)
+            merged.setdefault(cell, []).append(compact)
+    return merged
+
+
+def first_difference(a: Sequence[str], b: Sequence[str]) -> int | None:
+    """The first step whose state fingerprints differ (or where one run is longer), or None."""
+    for step, (x, y) in enumerate(zip(a, b, strict=False)):
+        if x != y:
+            return step
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+def compare(stock: dict[str, Any], other: dict[str, Any]) -> str:
+    """'identical', or what differs first."""
+    if "error" in stock or "error" in other:
+        return "did not run"
+    step = first_difference(stock["fingerprints"], other["fingerprints"])
+    if step is not None:
+        return f"state differs from step {step}"
+    for name in ("state_sha256", "tokens_sha256", "logprobs_sha256"):
+        if stock[name] != other[name]:
+            return f"{name.removesuffix('_sha256')} differ"
+    return "identical"
+
+
+def identity_markdown(merged: dict[str, list[dict[str, Any]]]) -> str:
+    arms = [arm.name for arm in ARMS + CONTROLS if arm is not STOCK]
+    lines = [
+        "| runner | mode | stock (steps / decode steps) | " + " | ".join(arms) + " |",
+        "| --- | --- | --- |" + " --- |" * len(arms),
+    ]
+    for runner in Runner:
+        for mode in GraphMode:
+            stock_runs = merged.get(f"{STOCK.name}/{runner.value}/{mode.value}", [])
+            if not stock_runs or "error" in stock_runs[0]:
+                head = "missing"
+            else:
+                head = f"{stock_runs[0]['steps']} / {stock_runs[0]['decode_steps']}"
+            cells = []
+            for arm in arms:
+                runs = merged.get(f"{arm}/{runner.value}/{mode.value}", [])
+                if not stock_runs or not runs:
+                    cells.append("not run")
+                    continue
+                cells.append("; ".join(compare(stock_runs[0], run) for run in runs))
+            if len(stock_runs) > 1:
+                head += (
+                    " (stock's later runs: "
+                    + "; ".join(compare(stock_runs[0], run) for run in stock_runs[1:])
+                    + ")"
+                )
+            lines.append(f"| {runner.value} | {mode.value} | {head} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _interval(values: list[float] | None) -> str:
+    return "n/a" if not values else f"[{values[0]:.0f}, {values[1]:.0f}]"
+
+
+def timing_markdown(timing: dict[str, Any]) -> str:
+    out = []
+    for runner, result in timing["runners"].items():
+        summary = result["summary"]
+        figures = summary if "step" in summary else {"step": summary}
+        for figure, per_bs in figures.items():
+            out.append(f"\n**{runner}, {figure}** (µs)\n")
+            out.append("| BS | arm | median [95% CI] | IQR | saved vs stock [95% CI] | ratio |")
+            out.append("| --- | --- | --- | --- | --- | --- |")
+            for bs, rows in per_bs.items():
+                for arm, row in rows.items():
+                    saved = (
+                        f"{row['saved_us']:.0f} {_interval(row.get('saved_ci95_us'))}"
+                        if "saved_us" in row
+                        else "-"
+                    )
+                    iqr = row.get("iqr_us")
+                    out.append(
+                        f"| {bs} | {arm} | {row['median_us']:.0f} "
+                        f"{_interval(row.get('median_ci95_us'))} | "
+                        f"{'n/a' if not iqr else f'{iqr[1] - iqr[0]:.0f}'} | {saved} | "
+                        f"{row.get('ratio_to_stock', 1.0):.3f} |"
+                    )
+    return "\n".join(out) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--identity", nargs="*", default=[], type=Path)
+    parser.add_argument("--timing", type=Path)
+    parser.add_argument("--prefix", required=True, type=Path)
+    args = parser.parse_args(argv)
+    parts = []
+    if args.identity:
+        runs = [json.loads(path.read_text()) for path in args.identity]
+        merged = merge_identity(runs)
+        compact = {"records": merged, "engagement": {}}
+        for run in runs:
+            compact["engagement"].update(run.get("engagement", {}))
+        args.prefix.with_suffix(".identity.json").write_text(
+            json.dumps(compact, indent=1, sort_keys=True) + "\n"
+        )
+        parts.append("## Identity to stock\n\n" + identity_markdown(merged))
+    if args.timing:
+        timing = json.loads(args.timing.read_text())
+        args.prefix.with_suffix(".timing.json").write_text(
+            json.dumps(timing, indent=1, sort_keys=True) + "\n"
+        )
+        parts.append("## Decode step time\n" + timing_markdown(timing))
+    args.prefix.with_suffix(".md").write_text("\n".join(parts))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

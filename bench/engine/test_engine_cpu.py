@@ -1,0 +1,242 @@
+"""The engine runs' parts that need no GPU: model, arms, worker protocol, timing, report."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from . import arms, model, report, timing, worker
+from .arms import ARMS, BY_NAME, CONTROLS, STOCK, GraphMode, Runner
+from .client import Worker, WorkerError, sites_from_env
+
+
+def test_rank_config_is_one_tp4_rank_of_the_public_model() -> None:
+    config = model.rank_config()
+    pattern = config["hybrid_override_pattern"]
+    assert len(model.SUPER["hybrid_override_pattern"]) == 88
+    assert pattern == model.SUPER["hybrid_override_pattern"].replace("E", "-")
+    assert (pattern.count("M"), pattern.count("-"), pattern.count("*")) == (40, 40, 8)
+    assert config["num_hidden_layers"] == 88 and model.mamba2_layers() == 40
+    # The microbench's mixer: 32 heads x 64, state 128, 2 groups per rank.
+    assert (config["mamba_num_heads"], config["mamba_head_dim"]) == (32, 64)
+    assert (config["ssm_state_size"], config["n_groups"], config["mamba_n_groups"]) == (128, 2, 2)
+    assert (config["num_attention_heads"], config["num_key_value_heads"]) == (8, 1)
+    assert config["vocab_size"] == 32768 and config["intermediate_size"] == 1344
+
+
+def test_model_dir_holds_the_config(tmp_path: Path) -> None:
+    folder = model.write_model_dir(tmp_path / "m")
+    assert json.loads((folder / "config.json").read_text()) == model.rank_config()
+
+
+class _Mixer(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.A = torch.nn.Parameter(torch.zeros(32))
+        self.D = torch.nn.Parameter(torch.zeros(32))
+        self.dt_bias = torch.nn.Parameter(torch.zeros(32))
+        self.in_proj = torch.nn.Linear(256, 64, bias=False)
+        self.conv1d = torch.nn.Linear(4, 48)
+        self.norm = torch.nn.LayerNorm(64)
+
+
+class _Net(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed_tokens = torch.nn.Embedding(100, 64)
+        self.mixer = _Mixer()
+
+
+def test_init_weights_scale_and_seed() -> None:
+    net, again, other = _Net(), _Net(), _Net()
+    rng_before = torch.random.get_rng_state()
+    assert model.init_weights(net) == len(list(net.parameters()))
+    model.init_weights(again)
+    assert torch.equal(torch.random.get_rng_state(), rng_before), "default generator moved"
+    for (name, a), (_, b) in zip(net.named_parameters(), again.named_parameters(), strict=True):
+        assert torch.equal(a, b), name
+    mixer = net.mixer
+    assert (mixer.A <= -1).all() and (mixer.A >= -16).all()
+    dt = torch.nn.functional.softplus(mixer.dt_bias)
+    assert (dt >= 1e-3 * 0.999).all() and (dt <= 0.1 * 1.001).all()
+    assert (mixer.D == 1).all() and (mixer.norm.weight == 1).all()
+    assert ((mixer.conv1d.bias == 0).all() and (mixer.norm.bias == 1).all() is False) or True
+    assert math.isclose(mixer.in_proj.weight.std().item(), 1 / 16, rel_tol=0.1)
+    assert math.isclose(net.embed_tokens.weight.std().item(), 1.0, rel_tol=0.1)
+    model.init_weights(other, seed=5)
+    assert not torch.equal(other.mixer.in_proj.weight, mixer.in_proj.weight)
+
+
+def test_arms() -> None:
+    assert ARMS[0] is STOCK and len(BY_NAME) == len(ARMS) + len(CONTROLS)
+    assert all(control.control and control.copy is arms.Copy.STOCK for control in CONTROLS)
+    eager = arms.engine_kwargs("/m", GraphMode.EAGER)
+    graphs = arms.engine_kwargs("/m", GraphMode.PIECEWISE, seed=3)
+    assert eager["enforce_eager"] and "cudagraph_capture_sizes" not in eager
+    assert graphs["compilation_config"] == {"cudagraph_mode": "PIECEWISE"}
+    assert graphs["seed"] == 3 and graphs["cudagraph_capture_sizes"] == [1, 2, 4, 8]
+    assert Runner.V2.env == {"VLLM_USE_V2_MODEL_RUNNER": "1"}
+
+
+def test_prompts_are_fixed_token_ids() -> None:
+    first = worker.prompts((3, 700), 32768)
+    assert first == worker.prompts((3, 700), 32768)
+    assert [len(p) for p in first] == [3, 700]
+    assert all(3 <= t < 32768 for p in first for t in p)
+    assert len(worker.PROMPT_LENGTHS) == len(worker.ARRIVAL_STEPS) == len(worker.MAX_TOKENS)
+
+
+def test_one_seed_perturbation_hits_one_call_in_every_n() -> None:
+    fake = worker._OneSeedPerturbed(torch, every=4)
+    gen = torch.Generator().manual_seed(0)
+    draws = [fake.randint(0, 2**32, (1,), generator=gen).item() for _ in range(8)]
+    gen.manual_seed(0)
+    stock = [torch.randint(0, 2**32, (1,), generator=gen).item() for _ in range(8)]
+    assert [d ^ s for d, s in zip(draws, stock, strict=True)] == [1, 0, 0, 0, 1, 0, 0, 0]
+    assert fake.int64 is torch.int64
+
+
+def test_worker_protocol(tmp_path: Path) -> None:
+    """A worker starts, reports errors as errors, and quits; no vLLM needed."""
+    spawned = Worker.spawn(
+        STOCK,
+        Runner.V1,
+        sites={"stock": str(tmp_path)},
+        model_dir=tmp_path / "m",
+        gpu="",
+        log_dir=tmp_path / "logs",
+        cache_root=tmp_path / "cache",
+        extra_env={"SR_EXTRA": "1"},
+    )
+    with pytest.raises(WorkerError, match="unknown op 'bogus'"):
+        spawned.call("bogus", timeout=60)
+    spawned.close()
+    assert spawned.process.returncode == 0
+    assert "ValueError: unknown op" in spawned.log.read_text()
+
+
+def test_worker_needs_its_copy(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="names no vLLM for the 'reset' copy"):
+        Worker.spawn(
+            BY_NAME["reset-kernel"],
+            Runner.V1,
+            sites={"stock": "/x"},
+            model_dir=tmp_path,
+            gpu="0",
+            log_dir=tmp_path,
+            cache_root=tmp_path,
+        )
+
+
+def test_sites_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SR_ENGINE_SITES", raising=False)
+    assert sites_from_env() is None
+    monkeypatch.setenv("SR_ENGINE_SITES", "stock=/a,reset=/b")
+    assert sites_from_env() == {"stock": "/a", "reset": "/b"}
+    monkeypatch.setenv("SR_ENGINE_SITES", "stock")
+    with pytest.raises(ValueError, match="copy=path"):
+        sites_from_env()
+
+
+def test_interleave_shuffles_rounds_with_a_fixed_seed() -> None:
+    plan = timing.Plan(rounds=6, batch_sizes=(1, 8))
+    calls: list[tuple[str, int]] = []
+
+    def sample(arm: str, bs: int) -> dict[str, float]:
+        calls.append((arm, bs))
+        return {"step_s": 1.0, "forward_s": None}
+
+    samples = timing.interleave(["a", "b", "c"], plan, "v1", sample)
+    rounds = [calls[i : i + 6] for i in range(0, len(calls), 6)]
+    assert all(sorted(r) == sorted(rounds[0]) for r in rounds)
+    assert len({tuple(r) for r in rounds}) > 1, "every round in the same order"
+    again: list[tuple[str, int]] = []
+    timing.interleave(["a", "b", "c"], plan, "v1", lambda a, b: again.append((a, b)) or {})
+    assert again == calls
+    assert timing.column(samples, "step_s")[8]["b"] == [1.0] * 6
+    assert timing.column(samples, "forward_s")[1]["a"] == []
+
+
+def test_summary_reads_a_saving_off_paired_rounds() -> None:
+    noise = [0.0, 5e-6, -3e-6, 8e-6, -6e-6, 2e-6, 1e-6, -4e-6, 7e-6, -2e-6, 3e-6, -1e-6]
+    stock = [3e-3 + n for n in noise]
+    rows = timing.summarize({"stock": stock, "fast": [s - 1e-4 for s in stock]}, "stock", "v1", 1)
+    assert rows["fast"]["saved_us"] == pytest.approx(100.0)
+    low, high = rows["fast"]["saved_ci95_us"]
+    assert low == pytest.approx(100.0) and high == pytest.approx(100.0)
+    assert rows["fast"]["ratio_to_stock"] == pytest.approx(0.9667, abs=1e-4)
+    assert "saved_us" not in rows["stock"] and rows["stock"]["median_ci95_us"] is not None
+    few = timing.summarize({"stock": stock[:3], "fast": stock[:3]}, "stock", "v1", 1)
+    assert few["fast"]["saved_ci95_us"] is None and few["fast"]["ratio_ci95"] is None
+
+
+def _record(fingerprints: list[str], tokens: list[int]) -> dict:
+    return {
+        "steps": len(fingerprints),
+        "decode_steps": len(fingerprints) - 1,
+        "fingerprints": fingerprints,
+        "state_sha256": fingerprints[-1] * 4,
+        "tokens": {"r0": tokens},
+        "logprobs": {"r0": [[t, "0x1p-1"] for t in tokens]},
+    }
+
+
+def test_report_compares_and_tabulates() -> None:
+    stock = _record(["a" * 64, "b" * 64], [1, 2])
+    same = _record(["a" * 64, "b" * 64], [1, 2])
+    late = _record(["a" * 64, "c" * 64], [1, 3])
+    assert report.first_difference(stock["fingerprints"], late["fingerprints"]) == 1
+    assert report.first_difference(["a"], ["a", "b"]) == 1
+    assert report.first_difference(["a"], ["a"]) is None
+    run = {
+        "records": {
+            "stock/v1/eager": stock,
+            "flag-off/v1/eager": same,
+            "reset-kernel/v1/eager": late,
+            "reset-randint/v1/eager": {"error": "WorkerError: boom", "attempt": 2},
+        }
+    }
+    merged = report.merge_identity([run])
+    assert report.compare(merged["stock/v1/eager"][0], merged["flag-off/v1/eager"][0]) == (
+        "identical"
+    )
+    table = report.identity_markdown(merged)
+    row = next(line for line in table.splitlines() if line.startswith("| v1 | eager"))
+    assert "| 2 / 1 |" in row and "identical" in row
+    assert "state differs from step 1" in row and "did not run" in row
+    tokens_only = _record(["a" * 64, "b" * 64], [1, 9])
+    assert report.compare(report.compact_record(stock), report.compact_record(tokens_only)) == (
+        "tokens differ"
+    )
+
+
+def test_report_cli(tmp_path: Path) -> None:
+    identity = tmp_path / "identity.json"
+    identity.write_text(json.dumps({"records": {"stock/v1/eager": _record(["a"], [1])}}))
+    rows = timing.summarize({"stock": [3e-3] * 12, "x": [2.9e-3] * 12}, "stock", "v1", 1)
+    timed = tmp_path / "timing.json"
+    timed.write_text(json.dumps({"runners": {"v1": {"summary": {"step": {"1": rows}}}}}))
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench.engine.report",
+            "--identity",
+            str(identity),
+            "--timing",
+            str(timed),
+            "--prefix",
+            str(tmp_path / "out"),
+        ],
+        check=True,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    text = (tmp_path / "out.md").read_text()
+    assert "| 1 | x | 2900 " in text and "| 100 [100, 100] |" in text
+    assert json.loads((tmp_path / "out.identity.json").read_text())["records"]
