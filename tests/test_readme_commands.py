@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from vllm_patch import fork_test
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -25,3 +27,32 @@ def test_ci_runs_the_readme_test_command() -> None:
     _, tests = readme_commands()
     ci = (ROOT / ".ci" / "run").read_text().splitlines()
     assert tests in ci, f".ci/run must run the README's test command: {tests}"
+
+
+# Markdown whose prose cites repository files: a cited file that is gone is a bug.
+CITING = ("README.md", "bench/README.md", "bench/results/engine-nvidia-h200x2-20261130.md")
+# A path after "<commit>:" is in the history, not the tree.
+_CITED = re.compile(r"(?<![\w./:-])((?:bench|tests|vllm_patch|runner_hooks)/[\w./-]*\w)")
+
+
+def _exists(path: str) -> bool:
+    """The file, or files it is the prefix of (`results/x.*`, a --prefix)."""
+    if path == fork_test.PATH:  # the test the patch adds to a vLLM source tree
+        return True
+    target = ROOT / path
+    return target.exists() or any(target.parent.glob(f"{target.name}*"))
+
+
+def test_cited_repository_files_exist() -> None:
+    missing = [
+        f"{doc}: {path}"
+        for doc in CITING
+        for path in sorted(set(_CITED.findall((ROOT / doc).read_text())))
+        if not _exists(path)
+    ]
+    assert not missing, missing
+
+
+def test_the_citation_check_can_fail() -> None:
+    assert _CITED.findall("see `bench/gone.py` and git show abc:bench/old.py") == ["bench/gone.py"]
+    assert not _exists("bench/gone.py") and _exists("bench/results/nvidia-h200-20261129")

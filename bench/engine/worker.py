@@ -232,7 +232,7 @@ class Engine:
         fingerprints: list[str] = []
         produced: dict[str, int] = {}
         finals: dict[str, Any] = {}
-        decode_steps = 0
+        decoded_steps: list[bool] = []
         step = 0
         while pending or engine.has_unfinished_requests():
             while pending and pending[0][0] <= step:
@@ -246,14 +246,16 @@ class Engine:
                     decoded = True
                 produced[out.request_id] = len(completion.token_ids)
                 finals[out.request_id] = completion
-            decode_steps += decoded
+            decoded_steps.append(decoded)
             fingerprints.append(state_fingerprint_of(engine))
             step += 1
             if step > 2000:
                 raise RuntimeError("the identity workload did not finish in 2000 steps")
         return {
             "steps": step,
-            "decode_steps": decode_steps,
+            "decode_steps": sum(decoded_steps),
+            # Per step: whether a request got a token past its first (a decode ran).
+            "decoded": decoded_steps,
             "fingerprints": fingerprints,
             "state_sha256": engine.apply_model(state_sha256)[0],
             "tokens": {rid: list(c.token_ids) for rid, c in sorted(finals.items())},

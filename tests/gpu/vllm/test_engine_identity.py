@@ -200,9 +200,15 @@ def test_negative_control_differs(identity, control, runner: Runner, mode: Graph
     """The check above can fail: a perturbed stock does not pass it."""
     stock = record(identity, STOCK.name, runner, mode)
     got = record(identity, control.name, runner, mode)
-    assert first_difference(stock["fingerprints"], got["fingerprints"]) is not None
+    step = first_difference(stock["fingerprints"], got["fingerprints"])
+    assert step is not None
     assert got["state_sha256"] != stock["state_sha256"]
-    if control.perturb is Perturb.GENERATOR_SEED:
+    if control.perturb is Perturb.ONE_SEED:
+        # Equal until the seeds matter: the state parts at the first step with
+        # decodes (outputs show a step late under async scheduling).
+        first_decode = stock["decoded"].index(True)
+        assert step in (first_decode - 1, first_decode), (step, first_decode)
+    else:
         assert got["tokens"] != stock["tokens"]
 
 
@@ -220,4 +226,4 @@ def test_engagement_line(identity, runner: Runner) -> None:
         joined = " | ".join(lines[arm])
         assert f"seeds for {n} layers per forward" in joined, (arm, joined)
         assert all(word in joined for word in words) and "sync plan" in joined, (arm, joined)
-    assert lines["stock"] == [] and lines["flag-off"] == [], lines
+    assert lines["stock"] == lines["stock-again"] == lines["flag-off"] == [], lines
