@@ -69,7 +69,9 @@ def spawn_all(
                 model_dir=model_dir,
                 gpu=settings.gpu(runner),
                 log_dir=settings.out / tag / "logs",
-                cache_root=Path("/tmp/sr-engine-cache") / tag,
+                # Per (arm, runner, GPU), shared by the identity and timing
+                # runs: the timing's engines load what identity's compiled.
+                cache_root=Path("/tmp/sr-engine-cache"),
                 extra_env=extra_env,
             )
         except Exception as error:

@@ -240,3 +240,120 @@ def test_report_cli(tmp_path: Path) -> None:
     text = (tmp_path / "out.md").read_text()
     assert "| 1 | x | 2900 " in text and "| 100 [100, 100] |" in text
     assert json.loads((tmp_path / "out.identity.json").read_text())["records"]
+
+
+class _FakeWorker:
+    """Stands in for a Worker: records what it was asked, answers from a script."""
+
+    def __init__(self, name: str, log: list[str], fail_first_start: bool = False) -> None:
+        self.name, self.log, self.fail = name, log, fail_first_start
+        self.closed = False
+
+    def call(self, op: str, **args: object) -> dict:
+        self.log.append(f"{self.name} {op} {args.get('mode', '')}".strip())
+        if op == "start" and self.fail:
+            self.fail = False
+            raise WorkerError(f"{self.name}: the worker died")
+        if op == "start":
+            return {"start_s": 1.0}
+        return _record(["a" * 64, self.name.ljust(64, "x")], [1])
+
+    def engagement(self) -> list[str]:
+        return [f"line of {self.name}"]
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_identity_run_orders_resumes_and_respawns(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from .identity import MODES, RESUME_ENV, key, run
+    from .session import Settings
+
+    log: list[str] = []
+    spawned: list[str] = []
+    resume = tmp_path / "resume.json"
+    done = key("forward-context", Runner.V2, GraphMode.EAGER)
+    resume.write_text(
+        json.dumps(
+            {
+                "records": {
+                    done: _record(["z" * 64], [9]),
+                    key("stock", Runner.V2, GraphMode.EAGER): {"error": "boom"},
+                },
+                "engagement": {"forward-context/v2": ["old line"]},
+            }
+        )
+    )
+    monkeypatch.setenv(RESUME_ENV, str(resume))
+
+    def spawn(pairs, settings, tag, extra_env):
+        assert extra_env == arms.DETERMINISTIC_ENV
+        out = {}
+        for arm, runner in pairs:
+            name = f"{arm.name}/{runner.value}"
+            again = name in spawned
+            spawned.append(name)
+            out[arm.name, runner.value] = _FakeWorker(
+                name, log, fail_first_start=name == "reset-kernel/v1" and not again
+            )
+        return out
+
+    settings = Settings(sites={}, gpus=("0",), out=tmp_path / "out")
+    data = run(settings, spawn=spawn)
+    cells = {key(a.name, r, m) for a in ARMS + CONTROLS for r in Runner for m in MODES}
+    assert set(data["records"]) == cells
+    # The stock V1 eager engine starts before any other engine.
+    assert log[0] == "stock/v1 start eager"
+    # A recorded cell is kept, not run again; a cell that failed before runs again.
+    assert data["records"][done]["fingerprints"] == ["z" * 64]
+    assert "forward-context/v2 start eager" not in log
+    assert "stock/v2 start eager" in log
+    # A worker that dies is replaced once, and its cell then has a record.
+    assert spawned.count("reset-kernel/v1") == 2
+    failed = [c for c, r in data["records"].items() if "error" in r]
+    assert failed == [], failed
+    saved = json.loads((tmp_path / "out" / "identity.json").read_text())
+    assert saved["records"] == json.loads(resume.read_text())["records"] == data["records"]
+    assert data["engagement"]["stock/v1"] == ["line of stock/v1"]
+
+
+def test_timing_run_measures_runners_in_turn(tmp_path: Path) -> None:
+    from .session import Settings
+
+    log: list[str] = []
+
+    class Timed(_FakeWorker):
+        def call(self, op: str, **args: object) -> dict:
+            self.log.append(f"{self.name} {op}")
+            if op == "start" and self.fail:
+                raise WorkerError(f"{self.name}: no kernel")
+            if op == "start":
+                return {"start_s": 1.0}
+            saved = 1e-4 if self.name.startswith("reset-kernel") else 0.0
+            return {"step_s": 3e-3 - saved, "forward_s": 2e-3 - saved, "forwards": 8}
+
+    def spawn(pairs, settings, tag, extra_env):
+        assert tag == "timing" and extra_env == arms.DETERMINISTIC_ENV
+        return {
+            (a.name, r.value): Timed(f"{a.name}/{r.value}", log, a.name == "forward-context")
+            for a, r in pairs
+        }
+
+    plan = timing.Plan(rounds=10, batch_sizes=(1, 8))
+    data, workers = timing.run(Settings({}, ("0", "1"), tmp_path), plan, spawn=spawn)
+    assert data["failed"] == {
+        "forward-context/v1": "WorkerError: forward-context/v1: no kernel",
+        "forward-context/v2": "WorkerError: forward-context/v2: no kernel",
+    }
+    decodes = [line.split()[0] for line in log if line.endswith("decode")]
+    assert decodes, log
+    first_v2 = next(i for i, name in enumerate(decodes) if name.endswith("/v2"))
+    assert all(name.endswith("/v1") for name in decodes[:first_v2]), "runners overlapped"
+    assert len(decodes) == 2 * plan.rounds * len(plan.batch_sizes) * (len(ARMS) - 1)
+    row = data["runners"]["v2"]["summary"]["forward"]["8"]["reset-kernel"]
+    assert row["saved_us"] == pytest.approx(100.0) and row["samples"] == 10
+    assert "forward-context" not in data["runners"]["v1"]["summary"]["step"]["1"]
+    assert json.loads((tmp_path / "timing.json").read_text())["plan"]["rounds"] == 10
+    assert set(workers) == {(a.name, r.value) for a in ARMS for r in Runner}

@@ -1,6 +1,6 @@
 """Decode step time of the patched vLLM 0.26.0 engine against stock: pytest-benchmark.
 
-The session (timing.py) starts one engine per (arm, runner) with
+The session (timing.py's run) starts one engine per (arm, runner) with
 FULL_AND_PIECEWISE graphs, the V1 engines on one GPU and the V2 engines on
 the other where there are two (SR_ENGINE_GPUS), and takes interleaved rounds
 of every arm and batch size, one runner after the other.  Its figures for the
@@ -16,15 +16,14 @@ Run on the GPU machine by tests/gpu/vllm/engine.sh; skipped elsewhere.
 from __future__ import annotations
 
 import os
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from .arms import ARMS, STOCK, GraphMode, Runner
-from .client import Worker
-from .session import SKIP_REASON, Settings, close_all, spawn_all, write_json
-from .timing import Plan, Samples, column, interleave, summarize
+from .arms import ARMS, Runner
+from .session import SKIP_REASON, Settings, close_all
+from .timing import FIGURES, Plan, run
 
 pytest.importorskip("pytest_benchmark", reason="the bench needs pytest-benchmark")
 pytestmark = pytest.mark.gpu
@@ -32,67 +31,14 @@ pytestmark = pytest.mark.gpu
 PLAN = Plan(rounds=int(os.environ.get("SR_ENGINE_ROUNDS", Plan.rounds)))
 
 
-FIGURES = {"step": "step_s", "forward": "forward_s"}
-
-
 @pytest.fixture(scope="module")
-def timing() -> dict[str, Any]:
+def timing() -> Iterator[dict[str, Any]]:
     settings = Settings.from_env()
     if settings is None:
         pytest.skip(SKIP_REASON)
-    pairs = [(arm, runner) for runner in Runner for arm in ARMS]
-    workers = spawn_all(pairs, settings, "timing")
-    failed: dict[str, str] = {}
-
-    def started(runner: Runner) -> dict[str, Worker]:
-        ready = {}
-        for arm in ARMS:
-            worker = workers[arm.name, runner.value]
-            try:
-                if isinstance(worker, Exception):
-                    raise worker
-                worker.call("start", mode=GraphMode.FULL_AND_PIECEWISE.value)
-                ready[arm.name] = worker
-            except Exception as error:
-                failed[f"{arm.name}/{runner.value}"] = f"{type(error).__name__}: {error}"
-        return ready
-
-    def measure(runner: Runner, ready: dict[str, Worker]) -> dict[str, Any]:
-        def sample(arm: str, bs: int) -> dict:
-            return ready[arm].call("decode", bs=bs, steps=PLAN.steps, warm=PLAN.warm)
-
-        def partial(samples: Samples) -> None:
-            write_json(settings.out / f"timing-{runner.value}-partial.json", samples)
-
-        samples = interleave(list(ready), PLAN, runner.value, sample, partial)
-        return {
-            "samples": {str(bs): per_arm for bs, per_arm in samples.items()},
-            "summary": {
-                name: {
-                    str(bs): summarize(per_arm, STOCK.name, f"{runner.value}-{name}", bs)
-                    for bs, per_arm in column(samples, figure).items()
-                }
-                for name, figure in FIGURES.items()
-            },
-            "engagement": {arm: w.engagement() for arm, w in ready.items()},
-        }
-
+    data, workers = run(settings, PLAN)
     try:
-        # Engines start side by side; the runners are measured one after the
-        # other, so that one's host work does not add to the other's spread.
-        with ThreadPoolExecutor(max_workers=len(Runner)) as pool:
-            ready = dict(zip(Runner, pool.map(started, Runner), strict=True))
-        results = {runner.value: measure(runner, ready[runner]) for runner in Runner}
-        data = {
-            "runners": results,
-            "failed": failed,
-            "plan": vars(PLAN),
-            "gpus": list(settings.gpus),
-            "mode": GraphMode.FULL_AND_PIECEWISE.value,
-        }
-        write_json(settings.out / "timing.json", data)
-        data["workers"] = workers
-        yield data
+        yield {**data, "workers": workers}
     finally:
         close_all(workers)
 

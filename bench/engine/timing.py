@@ -10,31 +10,37 @@ decodes):
   execute_model as the GPU's timeline sees it (CUDA events, worker.py's
   ForwardSpans): the forward, where the seeds are drawn, without the
   scheduler's and sampler's host time.
-On 2026-11-30 (H200 x2, both runners measured at once, 16 rounds) step_s
-had IQRs of 190-1250 µs (median 620) at 3.1-4.1 ms per step, far above the
-~100 µs at stake: the host side of a step varies that much.  Hence forward_s, and the
-runners measured one after the other.  Each round takes one sample of every
-(arm, batch size) of one runner, in an order shuffled by
-`random.Random(seed, runner, round)`, so drift over the run falls on every
-arm alike and no arm keeps the same neighbour.  Intervals are percentile
-bootstraps over rounds (bench/stats.py), paired: a resample takes the same
-rounds for every arm, so the saving against stock keeps what a round's arms
-share.
+On 2026-11-30 (H200 x2, both runners measured at once, 16 rounds) step_s had
+IQRs of 190-1250 µs (median 620) at 3.1-4.1 ms per step, far above the ~100
+µs at stake: the host side of a step varies that much. Hence forward_s, and
+the runners measured one after the other. The engines run with
+arms.DETERMINISTIC_ENV, as the identity check's do: every arm then runs the
+same compiled kernels, so a difference between arms is not a different
+autotuning pick. Each round takes one sample of every (arm, batch size) of
+one runner, in an order shuffled by `random.Random(seed, runner, round)`, so
+drift over the run falls on every arm alike and no arm keeps the same
+neighbour. Intervals are percentile bootstraps over rounds (bench/stats.py),
+paired: a resample takes the same rounds for every arm, so the saving
+against stock keeps what a round's arms share.
 """
 
 from __future__ import annotations
 
 import statistics
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 from .. import stats
-from .arms import BATCH_SIZES
+from .arms import ARMS, BATCH_SIZES, DETERMINISTIC_ENV, STOCK, GraphMode, Runner
+from .session import Settings, close_all, spawn_all, write_json
 
 
 @dataclass(frozen=True)
 class Plan:
-    rounds: int = 30
+    # 20 rounds x 6 arms x 4 batch sizes x ~0.25 s a sample: ~2 min per runner.
+    rounds: int = 20
     steps: int = 48
     warm: int = 4
     seed: int = 0
@@ -117,3 +123,71 @@ def summarize(
             )
         rows[arm] = row
     return rows
+
+
+FIGURES = {"step": "step_s", "forward": "forward_s"}
+
+
+def run(
+    settings: Settings, plan: Plan, spawn: Callable[..., dict] = spawn_all
+) -> tuple[dict[str, Any], dict[tuple[str, str], Any]]:
+    """Starts a FULL_AND_PIECEWISE engine per (arm, runner), measures the
+    runners one after the other, writes settings.out / "timing.json"; returns
+    its data and the workers (still running: the caller closes them)."""
+    pairs = [(arm, runner) for runner in Runner for arm in ARMS]
+    # As the identity check runs them: the same compiled code in every arm
+    # (no config picked by timing under load), and its compile cache reused.
+    workers = spawn(pairs, settings, "timing", DETERMINISTIC_ENV)
+    failed: dict[str, str] = {}
+
+    def started(runner: Runner) -> dict[str, Any]:
+        ready = {}
+        for arm in ARMS:
+            worker = workers[arm.name, runner.value]
+            try:
+                if isinstance(worker, Exception):
+                    raise worker
+                worker.call("start", mode=GraphMode.FULL_AND_PIECEWISE.value)
+                ready[arm.name] = worker
+            except Exception as error:
+                failed[f"{arm.name}/{runner.value}"] = f"{type(error).__name__}: {error}"
+        return ready
+
+    def measure(runner: Runner, ready: dict[str, Any]) -> dict[str, Any]:
+        def sample(arm: str, bs: int) -> dict:
+            return ready[arm].call("decode", bs=bs, steps=plan.steps, warm=plan.warm)
+
+        def partial(samples: Samples) -> None:
+            write_json(settings.out / f"timing-{runner.value}-partial.json", samples)
+
+        samples = interleave(list(ready), plan, runner.value, sample, partial)
+        return {
+            "samples": {str(bs): per_arm for bs, per_arm in samples.items()},
+            "summary": {
+                name: {
+                    str(bs): summarize(per_arm, STOCK.name, f"{runner.value}-{name}", bs)
+                    for bs, per_arm in column(samples, figure).items()
+                }
+                for name, figure in FIGURES.items()
+            },
+            "engagement": {arm: w.engagement() for arm, w in ready.items()},
+        }
+
+    try:
+        # Engines start side by side; the runners are measured one after the
+        # other, so that one's host work does not add to the other's spread.
+        with ThreadPoolExecutor(max_workers=len(Runner)) as pool:
+            ready = dict(zip(Runner, pool.map(started, Runner), strict=True))
+        results = {runner.value: measure(runner, ready[runner]) for runner in Runner}
+    except BaseException:
+        close_all(workers)
+        raise
+    data = {
+        "runners": results,
+        "failed": failed,
+        "plan": vars(plan),
+        "gpus": list(settings.gpus),
+        "mode": GraphMode.FULL_AND_PIECEWISE.value,
+    }
+    write_json(settings.out / "timing.json", data)
+    return data, workers

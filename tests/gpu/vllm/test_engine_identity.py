@@ -20,28 +20,15 @@ $OUT/engine/identity.json.
 
 from __future__ import annotations
 
-import json
-import os
-import threading
-from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from bench.engine import model
-from bench.engine.arms import (
-    ARMS,
-    CONTROLS,
-    DETERMINISTIC_ENV,
-    STOCK,
-    GraphMode,
-    Perturb,
-    Runner,
-)
-from bench.engine.client import Worker
+from bench.engine.arms import ARMS, CONTROLS, STOCK, GraphMode, Perturb, Runner
+from bench.engine.identity import MODES, key, run
 from bench.engine.report import first_difference
-from bench.engine.session import SKIP_REASON, Settings, close_all, spawn_all, write_json
+from bench.engine.session import SKIP_REASON, Settings
 
 pytestmark = pytest.mark.gpu
 
@@ -49,127 +36,12 @@ MIN_DECODE_STEPS = 64
 PATCHED = [arm.name for arm in ARMS if arm is not STOCK]
 
 
-def key(arm: str, runner: Runner, mode: GraphMode) -> str:
-    return f"{arm}/{runner.value}/{mode.value}"
-
-
-# Eager first: the first engine to prefill picks the SSD kernels' autotuned
-# configs, which every other engine then reads from the Triton cache.
-MODES = (GraphMode.EAGER, GraphMode.FULL_AND_PIECEWISE, GraphMode.PIECEWISE)
-
-
-# A JSON file of records from an earlier run of the same code on this machine
-# (tests/gpu/vllm/engine.sh keeps one in /tmp): cells recorded there without
-# error are not run again, so a run cut off by a device call's time limit
-# goes on where it stopped.
-RESUME_ENV = "SR_ENGINE_RESUME"
-
-
-def _resumed() -> dict[str, Any]:
-    path = os.environ.get(RESUME_ENV)
-    if not path or not Path(path).is_file():
-        return {"records": {}, "engagement": {}}
-    data = json.loads(Path(path).read_text())
-    return {
-        "records": {cell: r for cell, r in data["records"].items() if "error" not in r},
-        "engagement": data.get("engagement", {}),
-    }
-
-
-def _run_worker(
-    worker: Worker | Exception,
-    modes: list[GraphMode],
-    respawn: Any,
-    keep: Any,
-    after: threading.Event | None,
-) -> list[str]:
-    """Each mode's record from one worker, to `keep(mode, record)` as it comes,
-    respawning the worker once after a failure; returns its engagement lines.
-    Its first engine starts once `after` is set."""
-    lines: list[str] = []
-    if after is not None:
-        after.wait()
-    for mode in modes:
-        for attempt in (1, 2):
-            try:
-                if isinstance(worker, Exception):
-                    raise worker
-                started = worker.call("start", mode=mode.value)
-                record = worker.call("identity")
-                record["start_s"] = started["start_s"]
-                break
-            except Exception as error:
-                record = {"error": f"{type(error).__name__}: {error}", "attempt": attempt}
-                if isinstance(worker, Worker):
-                    worker.close()
-                worker = respawn()
-        keep(mode, record)
-    if isinstance(worker, Worker):
-        lines = worker.engagement()
-        worker.close()
-    return lines
-
-
 @pytest.fixture(scope="module")
 def identity() -> dict[str, Any]:
     settings = Settings.from_env()
     if settings is None:
         pytest.skip(SKIP_REASON)
-    previous = _resumed()
-    records: dict[str, Any] = dict(previous["records"])
-    engagement: dict[str, list[str]] = dict(previous["engagement"])
-    todo = {
-        (arm, runner): [mode for mode in MODES if key(arm.name, runner, mode) not in records]
-        for runner in Runner
-        for arm in ARMS + CONTROLS
-    }
-    pairs = [pair for pair, modes in todo.items() if modes]
-    workers = spawn_all(pairs, settings, "identity", DETERMINISTIC_ENV)
-    first = (STOCK, Runner.V1)
-    picked = threading.Event()
-    if key(STOCK.name, Runner.V1, MODES[0]) in records:
-        picked.set()
-    lock = threading.Lock()
-    paths = [settings.out / "identity.json"]
-    if os.environ.get(RESUME_ENV):
-        paths.append(Path(os.environ[RESUME_ENV]))
-
-    def save(**extra: Any) -> None:
-        for path in paths:
-            write_json(path, {"records": records, "engagement": engagement, **extra})
-
-    def run(pair: tuple[Any, Runner]) -> None:
-        arm, runner = pair
-
-        def respawn() -> Worker | Exception:
-            return spawn_all([pair], settings, "identity", DETERMINISTIC_ENV)[
-                arm.name, runner.value
-            ]
-
-        def keep(mode: GraphMode, got: dict) -> None:
-            with lock:
-                records[key(arm.name, runner, mode)] = got
-                save()
-            picked.set()
-
-        after = None if pair == first else picked
-        worker = workers[arm.name, runner.value]
-        lines = _run_worker(worker, todo[pair], respawn, keep, after)
-        with lock:
-            engagement[f"{arm.name}/{runner.value}"] = lines
-
-    try:
-        with ThreadPoolExecutor(max_workers=max(1, len(pairs))) as pool:
-            list(pool.map(run, pairs))
-    finally:
-        close_all(workers)
-    meta = {
-        "model": model.rank_config(),
-        "model_source": model.SOURCE,
-        "gpus": list(settings.gpus),
-    }
-    save(**meta)
-    return {"records": records, "engagement": engagement, **meta}
+    return run(settings)
 
 
 def record(identity: dict[str, Any], arm: str, runner: Runner, mode: GraphMode) -> dict:
