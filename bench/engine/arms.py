@@ -57,6 +57,8 @@ class Arm:
     perturb: Perturb = Perturb.NONE
     control: bool = False
     what: str = ""
+    # The microbenchmark's variant with this arm's seed path (bench/variants.py).
+    microbench: str = "stock"
 
 
 ON = {"VLLM_MAMBA_SR_SEED_PREFETCH": "1"}
@@ -78,18 +80,21 @@ ARMS: tuple[Arm, ...] = (
         Copy.RESET,
         {**ON, "VLLM_MAMBA_SR_SEED_DRAWER": "kernel"},
         what="reset design, one-kernel drawer (the default where it builds)",
+        microbench="explicit-current_stream-kernel",
     ),
     Arm(
         "reset-randint",
         Copy.RESET,
         {**ON, "VLLM_MAMBA_SR_SEED_DRAWER": "randint"},
         what="reset design, randint drawer",
+        microbench="explicit-geometric-randint",
     ),
     Arm(
         "forward-context",
         Copy.FORWARD_CONTEXT,
         dict(ON),
         what="the seed document's ForwardContext-identity design",
+        microbench="baseline",
     ),
 )
 CONTROLS: tuple[Arm, ...] = (

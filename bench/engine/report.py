@@ -103,19 +103,46 @@ def identity_markdown(merged: dict[str, list[dict[str, Any]]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _predicted(predicted: dict[tuple[str, int], float], arm: str, bs: str) -> str:
+    value = predicted.get((arm, int(bs)))
+    return "-" if value is None or arm == STOCK.name else f"{value:.0f}"
+
+
 def _interval(values: list[float] | None) -> str:
     return "n/a" if not values else f"[{values[0]:.0f}, {values[1]:.0f}]"
 
 
-def timing_markdown(timing: dict[str, Any]) -> str:
+def predictions(summary: list[dict[str, Any]]) -> dict[tuple[str, int], float]:
+    """(arm, batch size) -> µs per step the microbenchmark says the arm saves
+    against stock under a FULL graph: its variant's median below stock's."""
+    medians = {
+        (row["variant"], row["batch_size"]): row["median_us"]
+        for row in summary
+        if row.get("mode") == "graph" and row.get("median_us") is not None
+    }
+    return {
+        (arm.name, bs): medians["stock", bs] - medians[arm.microbench, bs]
+        for arm in ARMS
+        for (variant, bs) in medians
+        if variant == "stock" and (arm.microbench, bs) in medians
+    }
+
+
+def timing_markdown(
+    timing: dict[str, Any], predicted: dict[tuple[str, int], float] | None = None
+) -> str:
+    predicted = predicted or {}
     out = []
     for runner, result in timing["runners"].items():
         summary = result["summary"]
         figures = summary if "step" in summary else {"step": summary}
         for figure, per_bs in figures.items():
             out.append(f"\n**{runner}, {figure}** (µs)\n")
-            out.append("| BS | arm | median [95% CI] | IQR | saved vs stock [95% CI] | ratio |")
-            out.append("| --- | --- | --- | --- | --- | --- |")
+            out.append(
+                "| BS | arm | median [95% CI] | IQR | saved vs stock [95% CI] | ratio "
+                "| microbench predicts saved |"
+            )
+            out.append("| --- | --- | --- | --- | --- | --- | --- |")
             for bs, rows in per_bs.items():
                 for arm, row in rows.items():
                     saved = (
@@ -128,7 +155,8 @@ def timing_markdown(timing: dict[str, Any]) -> str:
                         f"| {bs} | {arm} | {row['median_us']:.0f} "
                         f"{_interval(row.get('median_ci95_us'))} | "
                         f"{'n/a' if not iqr else f'{iqr[1] - iqr[0]:.0f}'} | {saved} | "
-                        f"{row.get('ratio_to_stock', 1.0):.3f} |"
+                        f"{row.get('ratio_to_stock', 1.0):.3f} | "
+                        f"{_predicted(predicted, arm, bs)} |"
                     )
     return "\n".join(out) + "\n"
 
@@ -138,6 +166,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--identity", nargs="*", default=[], type=Path)
     parser.add_argument("--timing", type=Path)
     parser.add_argument("--prefix", required=True, type=Path)
+    parser.add_argument(
+        "--microbench",
+        type=Path,
+        help="a microbenchmark summary.json (bench/results): its graph-mode savings "
+        "go beside the engine's",
+    )
     args = parser.parse_args(argv)
     parts = []
     if args.identity:
@@ -155,7 +189,10 @@ def main(argv: list[str] | None = None) -> int:
         args.prefix.with_suffix(".timing.json").write_text(
             json.dumps(timing, indent=1, sort_keys=True) + "\n"
         )
-        parts.append("## Decode step time\n" + timing_markdown(timing))
+        predicted = (
+            predictions(json.loads(args.microbench.read_text())) if args.microbench else None
+        )
+        parts.append("## Decode step time\n" + timing_markdown(timing, predicted))
     args.prefix.with_suffix(".md").write_text("\n".join(parts))
     return 0
 

@@ -357,3 +357,18 @@ def test_timing_run_measures_runners_in_turn(tmp_path: Path) -> None:
     assert "forward-context" not in data["runners"]["v1"]["summary"]["step"]["1"]
     assert json.loads((tmp_path / "timing.json").read_text())["plan"]["rounds"] == 10
     assert set(workers) == {(a.name, r.value) for a in ARMS for r in Runner}
+
+
+def test_microbench_predictions_follow_each_arms_variant() -> None:
+    summary = [
+        {"variant": v, "mode": m, "batch_size": 1, "median_us": us}
+        for v, m, us in (
+            ("stock", "graph", 245.0),
+            ("explicit-current_stream-kernel", "graph", 175.0),
+            ("baseline", "graph", 181.0),
+            ("explicit-current_stream-kernel", "eager", 1.0),
+        )
+    ]
+    predicted = report.predictions(summary)
+    assert predicted["reset-kernel", 1] == 70.0 and predicted["forward-context", 1] == 64.0
+    assert predicted["flag-off", 1] == 0.0 and ("reset-randint", 1) not in predicted
