@@ -8,10 +8,13 @@ begins, instead of guessing it from side channels.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -82,8 +85,16 @@ class ForwardHooks:
         """Runs the body as one forward.
 
         Every hook's `on_forward_begin(info)` runs on entry, in registration
-        order; `on_forward_end(info)` runs on exit, in reverse order, also when
-        the body raises, for exactly the hooks whose begin returned.
+        order; `on_forward_end(info)` runs on exit, in reverse order, for
+        exactly the hooks whose begin returned, also when the body (or a later
+        hook's begin) raises.
+
+        An exception of the body propagates as itself: the hooks still end
+        (a prefetcher joins its side stream, so a capture can end), and what
+        they raise then is logged, not raised over it; the body's failure is
+        the cause to report, an unconsumed seed batch at most its consequence.
+        When the body succeeds, every hook ends and the first hook error is
+        raised.
         """
         if self._current is not None:
             raise NestedForwardError(
@@ -97,7 +108,30 @@ class ForwardHooks:
                 hook.on_forward_begin(info)
                 begun.append(hook)
             yield
-        finally:
-            self._current = None
-            for hook in reversed(begun):
+        except BaseException as failure:
+            self._end(info, begun, failure)
+            raise
+        self._end(info, begun, None)
+
+    def _end(
+        self, info: ForwardInfo, begun: list[ForwardHook], failure: BaseException | None
+    ) -> None:
+        self._current = None
+        first: Exception | None = None
+        for hook in reversed(begun):
+            try:
                 hook.on_forward_end(info)
+            except Exception as error:
+                if failure is not None:
+                    logger.warning(
+                        "%s.on_forward_end raised %s: %s (while the forward itself "
+                        "failed with %s, which propagates)",
+                        type(hook).__name__,
+                        type(error).__name__,
+                        error,
+                        type(failure).__name__,
+                    )
+                elif first is None:
+                    first = error
+        if first is not None:
+            raise first

@@ -28,6 +28,12 @@ class FailingBegin(Recorder):
         raise ValueError("begin failed")
 
 
+class FailingEnd(Recorder):
+    def on_forward_end(self, info: ForwardInfo) -> None:
+        super().on_forward_end(info)
+        raise RuntimeError(f"{self.name} could not end")
+
+
 def test_forward_info_is_frozen_with_defaults() -> None:
     info = ForwardInfo(runs_ssu=True)
     assert (info.runs_ssu, info.micro_batched, info.full_cudagraph) == (True, False, False)
@@ -78,6 +84,39 @@ def test_a_failing_begin_ends_only_the_hooks_that_began() -> None:
         pytest.fail("the body must not run when a hook's begin fails")
     assert [(kind, name) for kind, name, _ in log] == [("begin", "a"), ("begin", "b"), ("end", "a")]
     assert hooks.current is None  # the failed forward is closed
+
+
+def test_the_bodys_error_propagates_as_itself_over_a_failing_end(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """An OOM in a captured forward must not surface as the prefetcher's complaint
+    about the seeds the failed forward left unconsumed."""
+    log: list[tuple[str, str, ForwardInfo]] = []
+    hooks = ForwardHooks()
+    hooks.register(Recorder("a", log))
+    hooks.register(FailingEnd("b", log))
+    info = ForwardInfo(runs_ssu=True)
+    with pytest.raises(MemoryError) as raised, hooks.forward(info):
+        raise MemoryError("out of memory")
+    assert raised.value.__context__ is None and raised.value.__cause__ is None
+    assert [(kind, name) for kind, name, _ in log][-2:] == [("end", "b"), ("end", "a")]
+    assert "FailingEnd.on_forward_end raised RuntimeError: b could not end" in caplog.text
+    assert "failed with MemoryError" in caplog.text
+    assert hooks.current is None
+
+
+def test_a_failing_end_after_a_good_body_is_raised_after_every_end() -> None:
+    log: list[tuple[str, str, ForwardInfo]] = []
+    hooks = ForwardHooks()
+    hooks.register(FailingEnd("a", log))
+    hooks.register(FailingEnd("b", log))
+    with (
+        pytest.raises(RuntimeError, match="b could not end"),
+        hooks.forward(ForwardInfo(runs_ssu=True)),
+    ):
+        pass
+    assert [(kind, name) for kind, name, _ in log][-2:] == [("end", "b"), ("end", "a")]
+    assert hooks.current is None
 
 
 def test_nested_forward_is_an_error_and_the_outer_forward_survives() -> None:

@@ -1,4 +1,5 @@
-"""A captured forward that consumes fewer than N seeds fails loudly, never silently.
+"""A captured forward that consumes fewer than N seeds fails loudly, never silently,
+and a forward that fails for its own reasons fails with its own error.
 
 When the capture itself fails (the side stream was left unjoined), CUDA
 reports it at the end of capture; such a failure is run in a subprocess so
@@ -16,6 +17,8 @@ from pathlib import Path
 import pytest
 
 from runner_hooks import SYNC_PLANS
+
+from .harness import require_drawer
 
 pytestmark = pytest.mark.gpu
 
@@ -50,17 +53,23 @@ SCRIPT = textwrap.dedent(
 )
 
 
-def failure_chain(design: str, sync_plan: str, hook_inside: bool) -> list[list[str]]:
-    """The exception chain the script ended with, outermost first ([] if none)."""
+def run_script(script: str, *args: str) -> tuple[object, str]:
+    """The JSON the script printed last, and its stderr (where warnings are logged)."""
     result = subprocess.run(
-        [sys.executable, "-c", SCRIPT, design, sync_plan, "1" if hook_inside else "0"],
+        [sys.executable, "-c", script, *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout.strip().splitlines()[-1])
+    return json.loads(result.stdout.strip().splitlines()[-1]), result.stderr
+
+
+def failure_chain(design: str, sync_plan: str, hook_inside: bool) -> list[list[str]]:
+    """The exception chain the script ended with, outermost first ([] if none)."""
+    chain, _ = run_script(SCRIPT, design, sync_plan, "1" if hook_inside else "0")
+    return chain  # type: ignore[return-value]
 
 
 @pytest.mark.parametrize("sync_plan", sorted(SYNC_PLANS))
@@ -75,7 +84,70 @@ def test_baseline_capture_that_leaves_seeds_fails(sync_plan: str) -> None:
 
 
 def test_reset_capture_inside_the_hook_names_the_prefetcher() -> None:
-    """Hook outside the capture (V1): CUDA fails the capture, then our error says why."""
-    chain = failure_chain("reset", "per_seed", hook_inside=False)
-    assert chain[0][0] == "IncompleteSeedBatchError", chain
-    assert "SRSeedPrefetcher" in chain[0][1] and "consumed 1 of the 12" in chain[0][1]
+    """Hook outside the capture (V1): CUDA fails the capture, and that error
+    propagates as itself (the forward's body failed); the log says why."""
+    chain, stderr = run_script(SCRIPT, "reset", "per_seed", "0")
+    assert chain and chain[0][0] != "IncompleteSeedBatchError", chain
+    assert "capture" in " ".join(message for _, message in chain).lower(), chain
+    assert "IncompleteSeedBatchError" in stderr and "consumed 1 of the 12" in stderr, stderr
+
+
+BODY_FAILS = textwrap.dedent(
+    """
+    import json, sys
+    import torch
+    from tests.gpu.harness import DECODE, FULL_GRAPH, Runner
+
+    class ModelFailed(Exception):
+        pass
+
+    sync_plan, drawer, captured = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
+    runner = Runner("reset", sync_plan, drawer)
+    runner.decode()
+    record = runner.new_record()
+    raised = None
+    try:
+        if captured:  # the hook inside the capture, as V2 captures
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph), runner.forward(FULL_GRAPH):
+                runner.layers(record, calls=3)
+                raise ModelFailed("out of memory in layer 4")
+        else:
+            with runner.forward(DECODE):
+                runner.layers(record, calls=3)
+                raise ModelFailed("out of memory in layer 4")
+    except Exception as error:
+        raised = [type(error).__name__, str(error), repr(error.__context__)]
+    # The next forward works: its seeds are what stock draws from here.
+    torch.cuda.synchronize()
+    state = torch.cuda.get_rng_state()
+    ours = runner.decode().cpu().tolist()
+    torch.cuda.synchronize()
+    after_ours = torch.cuda.get_rng_state()
+    torch.cuda.set_rng_state(state)
+    stock = Runner(None).decode().cpu().tolist()
+    torch.cuda.synchronize()
+    print(json.dumps({
+        "raised": raised,
+        "next_equal": ours == stock,
+        "same_state_after": bool(torch.equal(after_ours, torch.cuda.get_rng_state())),
+    }))
+    """
+)
+
+
+@pytest.mark.parametrize("captured", [False, True], ids=["eager", "captured"])
+@pytest.mark.parametrize("drawer", ["randint", "kernel"])
+@pytest.mark.parametrize("sync_plan", sorted(SYNC_PLANS))
+def test_an_error_in_the_forward_propagates_as_itself(
+    sync_plan: str, drawer: str, captured: bool
+) -> None:
+    if drawer == "kernel":
+        require_drawer("kernel")
+    result, stderr = run_script(BODY_FAILS, sync_plan, drawer, "1" if captured else "0")
+    assert result["raised"] == [  # type: ignore[index]
+        "ModelFailed",
+        "out of memory in layer 4",
+        "None",
+    ], (result, stderr)
+    assert result["next_equal"] and result["same_state_after"], (result, stderr)  # type: ignore[index]
