@@ -372,3 +372,9 @@ def test_microbench_predictions_follow_each_arms_variant() -> None:
     predicted = report.predictions(summary)
     assert predicted["reset-kernel", 1] == 70.0 and predicted["forward-context", 1] == 64.0
     assert predicted["flag-off", 1] == 0.0 and ("reset-randint", 1) not in predicted
+
+
+@pytest.mark.parametrize("script", ["engine.sh", "patched_installed.sh"])
+def test_gpu_machine_scripts_parse(script: str) -> None:
+    path = Path(__file__).resolve().parents[2] / "tests" / "gpu" / "vllm" / script
+    subprocess.run(["bash", "-n", str(path)], check=True)

@@ -2,7 +2,7 @@
 # The patched vLLM 0.26.0 engine on the GPU machine: the fork's test, identity to stock,
 # decode step time.  From the repo root, after vLLM 0.26.0 is staged into /tmp/site
 # (../shared/gpu/vllm-0.26/README.md: stage.sh 2, then `source .e2e/s2/stage.sh env`):
-#   bash tests/gpu/vllm/engine.sh fork identity timing
+#   bash tests/gpu/vllm/engine.sh fork identity timing pack
 # Each step is optional and runs in the order given:
 #   fork      tests/gpu/vllm/patched_installed.sh on a copy of /tmp/site (apply --installed,
 #             the fork's test per design, revert byte for byte)
@@ -12,24 +12,29 @@
 #             call brings back only a few files, none deep); run it last, also after a
 #             step cut off by `timeout`
 # An identity run cut off by a time limit goes on where it stopped when run again on the
-# same machine (its records are kept in /tmp/sr-engine/identity.json).
+# same machine with the same code (its records are kept in /tmp/sr-engine, under a stamp
+# of vllm_patch/, runner_hooks/ and bench/engine/).
 # The patched copies (/tmp/site-reset, /tmp/site-forward-context) are hard-linked copies
-# of /tmp/site (the patch replaces files, it never writes through a link), made once.
+# of /tmp/site (the patch replaces files, it never writes through a link), made again
+# when that stamp changes.
 # With two GPUs, V1 engines run on the first and V2 engines on the second.
 # Results go to $OUT/engine (default /tmp/out/engine).
 set -uo pipefail
 out=${OUT:-/tmp/out}
 mkdir -p "$out/engine"
-export OUT=$out TORCH_EXTENSIONS_DIR=/tmp/torch_ext SR_ENGINE_RESUME=/tmp/sr-engine/identity.json
+stamp=$(find vllm_patch runner_hooks bench/engine -type f ! -path '*__pycache__*' | sort \
+  | xargs cat | sha256sum | cut -c1-12)
+export OUT=$out TORCH_EXTENSIONS_DIR=/tmp/torch_ext
+export SR_ENGINE_RESUME=/tmp/sr-engine/identity-$stamp.json
 export SR_ENGINE_SITES="stock=/tmp/site,reset=/tmp/site-reset,forward-context=/tmp/site-forward-context"
 export SR_ENGINE_GPUS=${SR_ENGINE_GPUS:-$(nvidia-smi --query-gpu=index --format=csv,noheader | head -2 | paste -sd, -)}
 status=0
 for design in reset forward-context; do
   copy=/tmp/site-$design
-  if [ ! -f "$copy.patched" ]; then
-    rm -rf "$copy" && cp -al /tmp/site "$copy" \
+  if [ "$(cat "$copy.patched" 2>/dev/null)" != "$stamp" ]; then
+    rm -rf "$copy" "$copy.patched" && cp -al /tmp/site "$copy" \
       && python3 -m vllm_patch apply "$copy" --design "$design" \
-      && touch "$copy.patched" || { echo "could not patch $copy"; exit 1; }
+      && echo "$stamp" > "$copy.patched" || { echo "could not patch $copy"; exit 1; }
   fi
 done
 nvidia-smi --query-gpu=index,name,driver_version --format=csv,noheader | tee "$out/engine/gpus.txt"
