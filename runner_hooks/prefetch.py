@@ -22,12 +22,24 @@ CUDA-graph capture the same records and waits become graph edges.
   stream order puts every draw before every consumer, with no event at all.
 
 * Seed buffers and their readers.  Eager forwards reuse one buffer owned by
-  the prefetcher.  The next eager forward's draws write it only after that
-  forward's fork event, which its stream records after every consumer of the
-  previous forward was enqueued on that same stream (consumers run on the
-  stream the forward began on; `take` refuses any other).  A forward that left
-  seeds unconsumed is joined at its end (`finish`), so no side-stream write of
-  it is left running under later work on the forward's stream.  A forward
+  the prefetcher, and a forward's consumers run on the stream it began on
+  (`take` refuses any other).  The next eager forward's draws must not write
+  the buffer before the previous forward's consumers have read it, with the
+  host free to run ahead of the GPU and no host synchronize:
+  - on the same stream as the previous eager forward, stream order does it:
+    the draws come after that forward's consumers were enqueued there (a plan
+    without a side stream draws on that stream; a side stream first waits on
+    the fork event, recorded on it after them);
+  - on another stream (vLLM's V2 runner warms up and captures on one stream
+    and serves on another; nothing promises one stream for all forwards), a
+    handover event is recorded on the previous forward's stream as the new
+    forward schedules: everything that forward enqueued, its consumers
+    included, precedes the record, and the draws wait on it.  Its cost, a
+    record and a wait, is paid only when the stream changes; otherwise it is
+    one comparison of stream handles.
+  A forward that left seeds unconsumed is joined at its end (`finish`), so no
+  side-stream write of it is left running under later work on the forward's
+  stream.  A forward
   captured in a CUDA graph draws into a buffer allocated during that capture,
   in the graph's memory pool: replays never share it with eager forwards,
   and graphs that share the pool replay one after another on one stream.
@@ -189,6 +201,10 @@ class SeedPrefetch:
         self._side_stream = torch.cuda.Stream(device) if plan.side_stream else None
         self._fork = torch.cuda.Event()
         self._eager_buffer = self._new_buffer()
+        # The stream of the last eager forward (its handle; 0 before the
+        # first), whose consumers may still be reading the eager buffer.
+        self._eager_stream = 0
+        self._handover = torch.cuda.Event()
         self._warned_unconsumed = False
 
     def _new_buffer(self) -> SeedBuffer:
@@ -222,9 +238,20 @@ class SeedPrefetch:
         consumer, and no Stream object is built: only events need one.
         """
         under_capture = _is_capturing()
-        buffer = self._new_buffer() if under_capture else self._eager_buffer
+        handover = False
+        if under_capture:
+            buffer = self._new_buffer()
+        else:
+            buffer = self._eager_buffer
+            previous = self._eager_stream
+            self._eager_stream = _current_stream_handle(self._device_index)  # type: ignore[misc]
+            if previous and previous != self._eager_stream:
+                self._handover.record(torch.cuda.ExternalStream(previous, self.device))
+                handover = True
         side_stream = self._side_stream
         if side_stream is None:
+            if handover:
+                torch.cuda.current_stream(self._device_index).wait_event(self._handover)
             self.drawer.draw(buffer.whole)
             return SeedBatch(
                 self.owner, buffer, self._device_index, None, under_capture
@@ -232,6 +259,8 @@ class SeedPrefetch:
         stream = torch.cuda.current_stream(self._device_index)
         self._fork.record(stream)
         side_stream.wait_event(self._fork)
+        if handover:
+            side_stream.wait_event(self._handover)
         with torch.cuda.stream(side_stream):
             for segment, event in zip(buffer.segments, buffer.events, strict=True):
                 self.drawer.draw(segment)

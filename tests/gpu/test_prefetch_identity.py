@@ -252,3 +252,41 @@ def test_the_stress_test_catches_draws_that_skip_the_fork() -> None:
 
     with pytest.raises(AssertionError, match="record"):
         assert_same_seeds(*run_both(slow_consumers, make))
+
+
+def alternating_streams(runner: Runner) -> list[torch.Tensor]:
+    """Consecutive eager forwards on two streams, each forward's consumers stalled
+    behind a long sleep while the host goes on to schedule the next forward's
+    draws on the other stream (the V2 runner warms up on one stream and serves on
+    another)."""
+    streams = (torch.cuda.Stream(), torch.cuda.Stream())
+    records = [runner.new_record() for _ in range(6)]
+    for index, record in enumerate(records):
+        with torch.cuda.stream(streams[index % 2]), runner.forward(DECODE):
+            torch.cuda._sleep(2_000_000)  # the GPU is busy before the forward's SSU calls
+            runner.layers(record)
+    for stream in streams:
+        torch.cuda.current_stream().wait_stream(stream)
+    return records
+
+
+def test_consecutive_forwards_on_alternating_streams(make_runner) -> None:
+    assert_same_seeds(*run_both(alternating_streams, make_runner))
+
+
+def test_the_stream_test_catches_draws_without_the_handover() -> None:
+    """Proves the alternating-streams test can fail: without the handover event,
+    the second stream's draws overwrite seeds the first stream has yet to read."""
+
+    class NoHandover(torch.cuda.Event):
+        def record(self, stream=None) -> None:
+            super().record(torch.cuda.Stream())  # recorded on an idle stream: no order
+
+    def make(which: str | None) -> Runner:
+        runner = Runner("reset" if which else None, "current_stream", "randint")
+        if which:
+            runner.prefetcher.prefetch._handover = NoHandover()  # type: ignore[union-attr]
+        return runner
+
+    with pytest.raises(AssertionError, match="record"):
+        assert_same_seeds(*run_both(alternating_streams, make))
