@@ -163,5 +163,16 @@ def engine_kwargs(model_dir: str, mode: GraphMode, seed: int = SEED) -> dict:
         kwargs["enforce_eager"] = True
     else:
         kwargs["cudagraph_capture_sizes"] = list(BATCH_SIZES)
-        kwargs["compilation_config"] = {"cudagraph_mode": mode.value}
+        kwargs["compilation_config"] = {
+            "cudagraph_mode": mode.value,
+            # vLLM turns on Inductor's combo kernels and benchmarks whether to
+            # use them: a pick by timing, which can differ from engine to
+            # engine, and benchmarking that Inductor refuses (raises) under
+            # TORCHINDUCTOR_DETERMINISTIC (DETERMINISTIC_ENV).  Combo kernels
+            # stay on; every arm compiles with the same settings.
+            "inductor_compile_config": {
+                "combo_kernels": True,
+                "benchmark_combo_kernel": False,
+            },
+        }
     return kwargs

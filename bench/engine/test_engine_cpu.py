@@ -79,7 +79,11 @@ def test_arms() -> None:
     eager = arms.engine_kwargs("/m", GraphMode.EAGER)
     graphs = arms.engine_kwargs("/m", GraphMode.PIECEWISE, seed=3)
     assert eager["enforce_eager"] and "cudagraph_capture_sizes" not in eager
-    assert graphs["compilation_config"] == {"cudagraph_mode": "PIECEWISE"}
+    assert graphs["compilation_config"]["cudagraph_mode"] == "PIECEWISE"
+    assert graphs["compilation_config"]["inductor_compile_config"] == {
+        "combo_kernels": True,
+        "benchmark_combo_kernel": False,
+    }
     assert graphs["seed"] == 3 and graphs["cudagraph_capture_sizes"] == [1, 2, 4, 8]
     assert Runner.V2.env == {"VLLM_USE_V2_MODEL_RUNNER": "1"}
 
