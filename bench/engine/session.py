@@ -39,8 +39,8 @@ class Settings:
     def gpu(self, runner: Runner) -> str:
         return self.gpus[list(Runner).index(runner) % len(self.gpus)]
 
-    @property
-    def model_dir(self) -> Path:
+    def write_model(self) -> Path:
+        """Writes the model directory the workers load (config.json); returns it."""
         return model.write_model_dir(Path("/tmp/sr-engine-model"))
 
 
@@ -57,7 +57,7 @@ def spawn_all(
     extra_env: dict[str, str] | None = None,
 ) -> dict[tuple[str, str], Worker | Exception]:
     """A worker per (arm, runner), started in parallel; a failure is kept, not raised."""
-    model_dir = settings.model_dir
+    model_dir = settings.write_model()
 
     def spawn(pair: tuple[Arm, Runner]) -> Worker | Exception:
         arm, runner = pair

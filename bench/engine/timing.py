@@ -39,7 +39,8 @@ from .session import Settings, close_all, spawn_all, write_json
 
 @dataclass(frozen=True)
 class Plan:
-    # 20 rounds x 6 arms x 4 batch sizes x ~0.25 s a sample: ~2 min per runner.
+    # 20 rounds x 6 arms x 4 batch sizes; at ~0.25 s a sample (an estimate: 52
+    # steps of ~3.5 ms plus requests added and aborted), ~2 min per runner.
     rounds: int = 20
     steps: int = 48
     warm: int = 4

@@ -247,7 +247,7 @@ class Engine:
                 produced[out.request_id] = len(completion.token_ids)
                 finals[out.request_id] = completion
             decoded_steps.append(decoded)
-            fingerprints.append(state_fingerprint_of(engine))
+            fingerprints.append(engine.apply_model(state_fingerprint)[0])
             step += 1
             if step > 2000:
                 raise RuntimeError("the identity workload did not finish in 2000 steps")
@@ -303,10 +303,6 @@ class Engine:
             "forward_s": statistics.median(forwards) if forwards else None,
             "forwards": len(forwards),
         }
-
-
-def state_fingerprint_of(engine: Any) -> str:
-    return engine.apply_model(state_fingerprint)[0]
 
 
 def main(argv: list[str] | None = None) -> int:
