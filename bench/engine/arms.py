@@ -63,12 +63,13 @@ class Arm:
 
 ON = {"VLLM_MAMBA_SR_SEED_PREFETCH": "1"}
 STOCK = Arm("stock", Copy.STOCK, what="vLLM 0.26.0 as released")
+# Stock again, in a process of its own: for the identity check, the positive
+# control (two stock processes must agree, or no arm can be judged); for the
+# timing, an A/A pair that shows what noise alone "saves".
+STOCK_AGAIN = Arm("stock-again", Copy.STOCK, what="stock, another process")
 ARMS: tuple[Arm, ...] = (
     STOCK,
-    # Stock again, in a process of its own: for the identity check, the
-    # positive control (two stock processes must agree, or no arm can); for
-    # the timing, an A/A pair that shows what noise alone "saves".
-    Arm("stock-again", Copy.STOCK, what="stock, another process"),
+    STOCK_AGAIN,
     Arm(
         "flag-off",
         Copy.RESET,
@@ -115,17 +116,21 @@ CONTROLS: tuple[Arm, ...] = (
 )
 BY_NAME = {arm.name: arm for arm in ARMS + CONTROLS}
 
-# What makes two processes of the same code compute the same bits.  On
-# 2026-11-30 (H200 x2, 14 engines started side by side, each with its own
-# compile cache), without it, flag-off (stock's seed path) differed from stock
-# in all 4 compiled runner x mode cells run, from the first (prefill) step on,
-# and so did stock from stock (V2, FULL_AND_PIECEWISE, two runs); the eager
-# cells agreed.  vLLM's Mamba-2 SSD prefill kernels are @triton.autotune'd (the pick, by
-# timing under load, changes the accumulation order) and Inductor benchmarks
-# its generated kernels' configs.  TRITON_CACHE_AUTOTUNING=1 stores the first
-# pick in the Triton cache for every later process (tests/gpu/vllm's identity
-# run lets one engine pick before the others start);
-# TORCHINDUCTOR_DETERMINISTIC=1 skips the benchmarking that changes numerics.
+# What two processes of the same code need to compute the same bits, as far
+# as it is known.  On 2026-11-30 (H200 x2), first run, 14 engines started side
+# by side: flag-off (stock's seed path) differed from stock from the first
+# (prefill) step in the compiled cells, eager cells mostly agreed.  Two causes
+# were fixed: vLLM's Mamba-2 SSD prefill kernels are @triton.autotune'd, and
+# engines that autotune side by side pick by timing under load (vLLM already
+# sets TRITON_CACHE_AUTOTUNING=1, so the first pick in the shared Triton cache
+# is every later process's: tests/gpu/vllm's identity run now lets one engine
+# pick before the others start), and Inductor benchmarks its generated
+# kernels' configs (TORCHINDUCTOR_DETERMINISTIC=1 skips that).  Second run,
+# with both: every eager cell agrees, all arms, both runners; in every
+# compiled cell each process still computes its own bits from step 0, stock
+# against stock included (bench/results/engine-nvidia-h200x2-20261130b.md).
+# That cause is not found yet; the identity test skips such cells as
+# inconclusive and fails their positive control.
 DETERMINISTIC_ENV = {"TRITON_CACHE_AUTOTUNING": "1", "TORCHINDUCTOR_DETERMINISTIC": "1"}
 
 SEED = 0

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from . import timing as timing_module
 from .arms import ARMS, CONTROLS, STOCK, GraphMode, Runner
 
 SHORT = 16
@@ -36,6 +37,7 @@ def compact_record(record: dict[str, Any]) -> dict[str, Any]:
         "decode_steps": record["decode_steps"],
         "start_s": round(record.get("start_s", 0.0), 1),
         "fingerprints": [f[:SHORT] for f in record["fingerprints"]],
+        "layer_sums": [[x[:SHORT] for x in step] for step in record.get("layer_sums", [])],
         "state_sha256": record["state_sha256"],
         "tokens_sha256": _sha(record["tokens"]),
         "logprobs_sha256": _sha(record["logprobs"]),
@@ -60,13 +62,25 @@ def first_difference(a: Sequence[str], b: Sequence[str]) -> int | None:
     return None if len(a) == len(b) else min(len(a), len(b))
 
 
+def first_layer(a: dict[str, Any], b: dict[str, Any], step: int) -> int | None:
+    """The first Mamba-2 layer whose state differs at `step`, where both
+    records kept that step's per-layer sums."""
+    x, y = a.get("layer_sums", []), b.get("layer_sums", [])
+    if step >= min(len(x), len(y)):
+        return None
+    return next((i for i, (u, v) in enumerate(zip(x[step], y[step], strict=False)) if u != v), None)
+
+
 def compare(stock: dict[str, Any], other: dict[str, Any]) -> str:
     """'identical', or what differs first."""
     if "error" in stock or "error" in other:
         return "did not run"
     step = first_difference(stock["fingerprints"], other["fingerprints"])
     if step is not None:
-        return f"state differs from step {step}"
+        layer = first_layer(stock, other, step)
+        return f"state differs from step {step}" + (
+            "" if layer is None else f" (layer {layer} first)"
+        )
     for name in ("state_sha256", "tokens_sha256", "logprobs_sha256"):
         if stock[name] != other[name]:
             return f"{name.removesuffix('_sha256')} differ"
@@ -137,12 +151,14 @@ def timing_markdown(
         summary = result["summary"]
         figures = summary if "step" in summary else {"step": summary}
         for figure, per_bs in figures.items():
+            if not any(per_bs.values()):
+                continue  # a figure no sample has (replay_s before it was measured)
             out.append(f"\n**{runner}, {figure}** (µs)\n")
             out.append(
-                "| BS | arm | median [95% CI] | IQR | saved vs stock [95% CI] | ratio "
+                "| BS | arm | n | median [95% CI] | IQR | saved vs stock [95% CI] | ratio "
                 "| microbench predicts saved |"
             )
-            out.append("| --- | --- | --- | --- | --- | --- | --- |")
+            out.append("| --- | --- | --- | --- | --- | --- | --- | --- |")
             for bs, rows in per_bs.items():
                 for arm, row in rows.items():
                     saved = (
@@ -152,7 +168,7 @@ def timing_markdown(
                     )
                     iqr = row.get("iqr_us")
                     out.append(
-                        f"| {bs} | {arm} | {row['median_us']:.0f} "
+                        f"| {bs} | {arm} | {row['samples']} | {row['median_us']:.0f} "
                         f"{_interval(row.get('median_ci95_us'))} | "
                         f"{'n/a' if not iqr else f'{iqr[1] - iqr[0]:.0f}'} | {saved} | "
                         f"{row.get('ratio_to_stock', 1.0):.3f} | "
@@ -161,10 +177,30 @@ def timing_markdown(
     return "\n".join(out) + "\n"
 
 
+def from_partials(specs: Sequence[str]) -> dict[str, Any]:
+    """timing.json's shape from RUNNER=PATH partial files."""
+    runners = {}
+    for spec in specs:
+        runner, sep, path = spec.partition("=")
+        if not sep or runner not in {r.value for r in Runner}:
+            raise SystemExit(f"--partial takes RUNNER=PATH with RUNNER v1 or v2, got {spec!r}")
+        samples = {int(bs): per_arm for bs, per_arm in json.loads(Path(path).read_text()).items()}
+        runners[runner] = {**timing_module.runner_result(samples, runner), "partial": True}
+    return {"runners": runners, "partial": True}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--identity", nargs="*", default=[], type=Path)
     parser.add_argument("--timing", type=Path)
+    parser.add_argument(
+        "--partial",
+        nargs="*",
+        default=[],
+        metavar="RUNNER=PATH",
+        help="instead of --timing: a run cut off by a time limit, from its per-runner "
+        "timing-<runner>-partial.json files (the rounds each runner completed)",
+    )
     parser.add_argument("--prefix", required=True, type=Path)
     parser.add_argument(
         "--microbench",
@@ -184,8 +220,8 @@ def main(argv: list[str] | None = None) -> int:
             json.dumps(compact, indent=1, sort_keys=True) + "\n"
         )
         parts.append("## Identity to stock\n\n" + identity_markdown(merged))
-    if args.timing:
-        timing = json.loads(args.timing.read_text())
+    if args.timing or args.partial:
+        timing = json.loads(args.timing.read_text()) if args.timing else from_partials(args.partial)
         args.prefix.with_suffix(".timing.json").write_text(
             json.dumps(timing, indent=1, sort_keys=True) + "\n"
         )

@@ -220,6 +220,33 @@ def test_report_compares_and_tabulates() -> None:
     )
 
 
+def test_report_names_the_first_layer_that_differs() -> None:
+    stock = {**_record(["a" * 64, "b" * 64], [1, 2]), "layer_sums": [["0" * 32, "1" * 32]]}
+    other = {**_record(["c" * 64, "b" * 64], [1, 2]), "layer_sums": [["0" * 32, "2" * 32]]}
+    assert report.compare(report.compact_record(stock), report.compact_record(other)) == (
+        "state differs from step 0 (layer 1 first)"
+    )
+    # No per-layer sums kept for that step: the step alone.
+    late = _record(["a" * 64, "c" * 64], [1, 2])
+    assert report.compare(report.compact_record(stock), report.compact_record(late)) == (
+        "state differs from step 1"
+    )
+
+
+def test_replay_spans_sum_each_steps_replays() -> None:
+    class Pair:
+        def __init__(self, ms: float) -> None:
+            self.ms = ms
+
+        def elapsed_time(self, end: object) -> float:
+            return self.ms
+
+    spans = worker.ReplaySpans()
+    spans.pairs.extend((Pair(ms), None) for ms in (1.0, 2.0, 4.0))
+    # Step 0 replays once, step 1 not at all (left out), step 2 twice.
+    assert spans.per_step([1, 1, 3]) == [1e-3, 6e-3]
+
+
 def test_report_cli(tmp_path: Path) -> None:
     identity = tmp_path / "identity.json"
     identity.write_text(json.dumps({"records": {"stock/v1/eager": _record(["a"], [1])}}))
@@ -242,7 +269,7 @@ def test_report_cli(tmp_path: Path) -> None:
         cwd=Path(__file__).resolve().parents[2],
     )
     text = (tmp_path / "out.md").read_text()
-    assert "| 1 | x | 2900 " in text and "| 100 [100, 100] |" in text
+    assert "| 1 | x | 12 | 2900 " in text and "| 100 [100, 100] |" in text
     assert json.loads((tmp_path / "out.identity.json").read_text())["records"]
 
 

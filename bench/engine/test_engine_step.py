@@ -8,7 +8,8 @@ step's wall time and the forward's GPU time (median, 95% CI, IQR, µs saved
 against stock and ratio, with paired intervals) go into each test's
 `extra_info` and $OUT/engine/timing.json.  What pytest-benchmark
 itself times is one such sample (a burst of decode steps) of that arm alone,
-a few times, for `--benchmark-compare` between runs of the same arm.
+once (a sample takes ~1 s of device time), for `--benchmark-compare` between
+runs of the same arm.
 
 Run on the GPU machine by tests/gpu/vllm/engine.sh; skipped elsewhere.
 """
@@ -59,6 +60,6 @@ def test_decode_step(benchmark, timing, arm: str, runner: Runner, bs: int) -> No
     worker = timing["workers"][arm, runner.value]
     benchmark.pedantic(
         lambda: worker.call("decode", bs=bs, steps=PLAN.steps, warm=PLAN.warm),
-        rounds=3,
+        rounds=1,
         iterations=1,
     )

@@ -1,6 +1,6 @@
 """Decode step time of every arm against stock, interleaved, and its summary.
 
-A sample holds two figures of `steps` consecutive `LLMEngine.step()` calls
+A sample holds three figures of `steps` consecutive `LLMEngine.step()` calls
 of a decode batch of `bs` requests (after `warm` steps of prefill and first
 decodes):
 - step_s: their mean wall time, the GPU synchronized only at both ends: the
@@ -8,12 +8,17 @@ decodes):
   latency, host and GPU together;
 - forward_s: the median over those steps of the model runner's
   execute_model as the GPU's timeline sees it (CUDA events, worker.py's
-  ForwardSpans): the forward, where the seeds are drawn, without the
-  scheduler's and sampler's host time.
-On 2026-11-30 (H200 x2, both runners measured at once, 16 rounds) step_s had
-IQRs of 190-1250 µs (median 620) at 3.1-4.1 ms per step, far above the ~100
-µs at stake: the host side of a step varies that much. Hence forward_s, and
-the runners measured one after the other. The engines run with
+  ForwardSpans), without the scheduler's and sampler's host time;
+- replay_s: the median over those steps of the GPU time of the step's CUDA
+  graph replays (worker.py's ReplaySpans). A replay is one launch, so this
+  is the forward's kernels back to back, whatever the host does: under FULL
+  graphs, where the in-graph seed draws are, and what the microbenchmark's
+  graph mode times.
+On 2026-11-30 (H200 x2) step_s had IQRs of 190-1250 µs at 3.1-4.1 ms per
+step with both runners measured at once; measured one after the other,
+forward_s still had IQRs of 550-1200 µs at 2.3-3.1 ms (a host-bound step:
+the GPU waits on the host inside execute_model, so its span is host time).
+Both are far above the ~70 µs at stake. Hence replay_s. The engines run with
 arms.DETERMINISTIC_ENV, as the identity check's do: every arm then runs the
 same compiled kernels, so a difference between arms is not a different
 autotuning pick. Each round takes one sample of every (arm, batch size) of
@@ -39,9 +44,10 @@ from .session import Settings, close_all, spawn_all, write_json
 
 @dataclass(frozen=True)
 class Plan:
-    # 20 rounds x 6 arms x 4 batch sizes; at ~0.25 s a sample (an estimate: 52
-    # steps of ~3.5 ms plus requests added and aborted), ~2 min per runner.
-    rounds: int = 20
+    # 12 rounds x 6 arms x 4 batch sizes: a sample took ~0.9 s on 2026-11-30
+    # (52 steps of ~3 ms, requests added and aborted, the replies), so ~4.5
+    # minutes per runner.
+    rounds: int = 12
     steps: int = 48
     warm: int = 4
     seed: int = 0
@@ -126,7 +132,21 @@ def summarize(
     return rows
 
 
-FIGURES = {"step": "step_s", "forward": "forward_s"}
+def runner_result(samples: Samples, runner: str) -> dict[str, Any]:
+    """One runner's samples and, per figure and batch size, their summary."""
+    return {
+        "samples": {str(bs): per_arm for bs, per_arm in samples.items()},
+        "summary": {
+            name: {
+                str(bs): summarize(per_arm, STOCK.name, f"{runner}-{name}", bs)
+                for bs, per_arm in column(samples, figure).items()
+            }
+            for name, figure in FIGURES.items()
+        },
+    }
+
+
+FIGURES = {"step": "step_s", "forward": "forward_s", "replay": "replay_s"}
 
 
 def run(
@@ -163,14 +183,7 @@ def run(
 
         samples = interleave(list(ready), plan, runner.value, sample, partial)
         return {
-            "samples": {str(bs): per_arm for bs, per_arm in samples.items()},
-            "summary": {
-                name: {
-                    str(bs): summarize(per_arm, STOCK.name, f"{runner.value}-{name}", bs)
-                    for bs, per_arm in column(samples, figure).items()
-                }
-                for name, figure in FIGURES.items()
-            },
+            **runner_result(samples, runner.value),
             "engagement": {arm: w.engagement() for arm, w in ready.items()},
         }
 

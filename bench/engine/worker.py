@@ -41,6 +41,7 @@ PROMPT_LENGTHS = (5, 37, 300, 12, 180, 700, 64, 9, 450, 23, 90, 150)
 ARRIVAL_STEPS = (0, 0, 0, 3, 6, 10, 17, 25, 33, 41, 50, 60)
 MAX_TOKENS = (80, 96, 64, 72, 100, 40, 88, 70, 50, 96, 64, 56)
 PROMPT_SEED = 7
+LAYER_STEPS = 3
 TIMING_PROMPT_LENGTH = 32
 
 
@@ -102,20 +103,29 @@ def _weights(n: int, which: int) -> Any:
     return _WEIGHTS[key]
 
 
-def state_fingerprint(net: Any) -> str:
-    """Every Mamba-2 layer's whole fp16 SSM state, as two 64-bit weighted sums
-    of its 32-bit words per layer (on the GPU; integer sums do not depend on
-    order), hashed together in layer order."""
+def layer_sums(net: Any) -> list[str]:
+    """Per Mamba-2 layer, in layer order, its whole fp16 SSM state as two
+    64-bit weighted sums of its 32-bit words (on the GPU; integer sums do not
+    depend on order), as 32 hex digits."""
     import torch
 
     torch.cuda.synchronize()
-    digest = hashlib.sha256()
+    sums = []
     for state in _ssm_states(net):
         words = state.contiguous().view(-1).view(torch.int32).to(torch.int64)
-        for which in (0, 1):
-            total = int((words * _weights(words.numel(), which)).sum().item())
-            digest.update(total.to_bytes(8, "little", signed=True))
-    return digest.hexdigest()
+        both = b"".join(
+            int((words * _weights(words.numel(), which)).sum().item()).to_bytes(
+                8, "little", signed=True
+            )
+            for which in (0, 1)
+        )
+        sums.append(both.hex())
+    return sums
+
+
+def state_fingerprint(sums: list[str]) -> str:
+    """One digest of every layer's sums."""
+    return hashlib.sha256(bytes.fromhex("".join(sums))).hexdigest()
 
 
 def state_sha256(net: Any) -> str:
@@ -174,12 +184,52 @@ class ForwardSpans:
         return [start.elapsed_time(end) / 1e3 for start, end in pairs]
 
 
+class ReplaySpans:
+    """CUDA events around every CUDA graph replay of this process.
+
+    A replay is one launch, so its pair spans the graph's kernels back to
+    back on the GPU, whatever the host does around it: under FULL graphs, a
+    decode forward's GPU time, where the in-graph seed draws are.
+    """
+
+    def __init__(self) -> None:
+        self.pairs: list[tuple[Any, Any]] = []
+
+    def install(self) -> None:
+        import torch
+
+        original = torch.cuda.CUDAGraph.replay
+        pairs = self.pairs
+
+        def replay(graph: Any) -> None:
+            start = torch.cuda.Event(enable_timing=True)
+            end = torch.cuda.Event(enable_timing=True)
+            start.record()
+            original(graph)
+            end.record()
+            pairs.append((start, end))
+
+        torch.cuda.CUDAGraph.replay = replay  # type: ignore[method-assign]
+
+    def per_step(self, marks: list[int]) -> list[float]:
+        """Seconds of replay per step, marks[i] being the pair count after step
+        i (the GPU must be synchronized); steps without a replay are left out."""
+        totals, begin = [], 0
+        for mark in marks:
+            step = self.pairs[begin:mark]
+            if step:
+                totals.append(sum(s.elapsed_time(e) for s, e in step) / 1e3)
+            begin = mark
+        return totals
+
+
 class Engine:
     def __init__(self, arm: arms.Arm, model_dir: str) -> None:
         self.arm = arm
         self.model_dir = model_dir
         self.llm: Any = None
         self.spans: ForwardSpans | None = None
+        self.replays: ReplaySpans | None = None
         self.config = model.rank_config()
         if arm.perturb is Perturb.ONE_SEED:
             _perturb_one_seed(model.mamba2_layers(self.config))
@@ -233,6 +283,7 @@ class Engine:
         produced: dict[str, int] = {}
         finals: dict[str, Any] = {}
         decoded_steps: list[bool] = []
+        layers: list[list[str]] = []
         step = 0
         while pending or engine.has_unfinished_requests():
             while pending and pending[0][0] <= step:
@@ -247,7 +298,10 @@ class Engine:
                 produced[out.request_id] = len(completion.token_ids)
                 finals[out.request_id] = completion
             decoded_steps.append(decoded)
-            fingerprints.append(engine.apply_model(state_fingerprint)[0])
+            sums = engine.apply_model(layer_sums)[0]
+            fingerprints.append(state_fingerprint(sums))
+            if step < LAYER_STEPS:
+                layers.append(sums)
             step += 1
             if step > 2000:
                 raise RuntimeError("the identity workload did not finish in 2000 steps")
@@ -257,6 +311,9 @@ class Engine:
             # Per step: whether a request got a token past its first (a decode ran).
             "decoded": decoded_steps,
             "fingerprints": fingerprints,
+            # Each layer's sums for the first steps: where two runs part, the
+            # first layer that differs says where in the forward they did.
+            "layer_sums": layers,
             "state_sha256": engine.apply_model(state_sha256)[0],
             "tokens": {rid: list(c.token_ids) for rid, c in sorted(finals.items())},
             "logprobs": {rid: _logprobs(c) for rid, c in sorted(finals.items())},
@@ -286,14 +343,23 @@ class Engine:
         for _ in range(warm):
             engine.step()
         spans = self._spans()
+        if self.replays is None:
+            self.replays = ReplaySpans()
+            self.replays.install()
+        replays = self.replays
         torch.cuda.synchronize()
         spans.take()
+        replays.pairs.clear()
+        marks = []
         began = time.perf_counter()
         for _ in range(steps):
             engine.step()
+            marks.append(len(replays.pairs))
         torch.cuda.synchronize()
         elapsed = time.perf_counter() - began
         forwards = spans.take()
+        replayed = replays.per_step(marks)
+        replays.pairs.clear()
         engine.abort_request(ids)
         while engine.has_unfinished_requests():
             engine.step()
@@ -302,6 +368,8 @@ class Engine:
             "step_s": elapsed / steps,
             "forward_s": statistics.median(forwards) if forwards else None,
             "forwards": len(forwards),
+            "replay_s": statistics.median(replayed) if replayed else None,
+            "replays_per_step": marks[-1] / steps if marks else 0.0,
         }
 
 
