@@ -38,6 +38,7 @@ def compact_record(record: dict[str, Any]) -> dict[str, Any]:
         "start_s": round(record.get("start_s", 0.0), 1),
         "fingerprints": [f[:SHORT] for f in record["fingerprints"]],
         "layer_sums": [[x[:SHORT] for x in step] for step in record.get("layer_sums", [])],
+        "slot_sums": record.get("slot_sums", []),
         "state_sha256": record["state_sha256"],
         "tokens_sha256": _sha(record["tokens"]),
         "logprobs_sha256": _sha(record["logprobs"]),
@@ -71,6 +72,14 @@ def first_layer(a: dict[str, Any], b: dict[str, Any], step: int) -> int | None:
     return next((i for i, (u, v) in enumerate(zip(x[step], y[step], strict=False)) if u != v), None)
 
 
+def slots_differing(a: dict[str, Any], b: dict[str, Any], step: int) -> list[int] | None:
+    """The cache slots whose state differs at `step`, where both records kept them."""
+    x, y = a.get("slot_sums", []), b.get("slot_sums", [])
+    if step >= min(len(x), len(y)):
+        return None
+    return [i for i, (u, v) in enumerate(zip(x[step], y[step], strict=False)) if u != v]
+
+
 def compare(stock: dict[str, Any], other: dict[str, Any]) -> str:
     """'identical', or what differs first."""
     if "error" in stock or "error" in other:
@@ -78,9 +87,11 @@ def compare(stock: dict[str, Any], other: dict[str, Any]) -> str:
     step = first_difference(stock["fingerprints"], other["fingerprints"])
     if step is not None:
         layer = first_layer(stock, other, step)
-        return f"state differs from step {step}" + (
-            "" if layer is None else f" (layer {layer} first)"
-        )
+        slots = slots_differing(stock, other, step)
+        where = [] if layer is None else [f"layer {layer} first"]
+        if slots is not None:
+            where.append(f"slots {','.join(map(str, slots))}")
+        return f"state differs from step {step}" + (f" ({'; '.join(where)})" if where else "")
     for name in ("state_sha256", "tokens_sha256", "logprobs_sha256"):
         if stock[name] != other[name]:
             return f"{name.removesuffix('_sha256')} differ"

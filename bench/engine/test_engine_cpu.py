@@ -221,10 +221,18 @@ def test_report_compares_and_tabulates() -> None:
 
 
 def test_report_names_the_first_layer_that_differs() -> None:
-    stock = {**_record(["a" * 64, "b" * 64], [1, 2]), "layer_sums": [["0" * 32, "1" * 32]]}
-    other = {**_record(["c" * 64, "b" * 64], [1, 2]), "layer_sums": [["0" * 32, "2" * 32]]}
+    stock = {
+        **_record(["a" * 64, "b" * 64], [1, 2]),
+        "layer_sums": [["0" * 32, "1" * 32]],
+        "slot_sums": [["0" * 16, "1" * 16, "2" * 16]],
+    }
+    other = {
+        **_record(["c" * 64, "b" * 64], [1, 2]),
+        "layer_sums": [["0" * 32, "2" * 32]],
+        "slot_sums": [["0" * 16, "f" * 16, "2" * 16]],
+    }
     assert report.compare(report.compact_record(stock), report.compact_record(other)) == (
-        "state differs from step 0 (layer 1 first)"
+        "state differs from step 0 (layer 1 first; slots 1)"
     )
     # No per-layer sums kept for that step: the step alone.
     late = _record(["a" * 64, "c" * 64], [1, 2])

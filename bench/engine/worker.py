@@ -123,6 +123,22 @@ def layer_sums(net: Any) -> list[str]:
     return sums
 
 
+def slot_sums(net: Any) -> list[str]:
+    """Per cache slot (the state tensors' first dimension), a 64-bit weighted
+    sum of its 32-bit words over every Mamba-2 layer, as 16 hex digits: which
+    slots differ tells a difference in a request's state from one in slots no
+    request holds (written only by warm-up and capture forwards)."""
+    import torch
+
+    torch.cuda.synchronize()
+    total = None
+    for state in _ssm_states(net):
+        rows = state.contiguous().view(state.shape[0], -1).view(torch.int32).to(torch.int64)
+        per_slot = (rows * _weights(rows.shape[1], 0)).sum(dim=1)
+        total = per_slot if total is None else total + per_slot
+    return [] if total is None else [f"{int(v) & (2**64 - 1):016x}" for v in total.tolist()]
+
+
 def state_fingerprint(sums: list[str]) -> str:
     """One digest of every layer's sums."""
     return hashlib.sha256(bytes.fromhex("".join(sums))).hexdigest()
@@ -284,6 +300,7 @@ class Engine:
         finals: dict[str, Any] = {}
         decoded_steps: list[bool] = []
         layers: list[list[str]] = []
+        slots: list[list[str]] = []
         step = 0
         while pending or engine.has_unfinished_requests():
             while pending and pending[0][0] <= step:
@@ -302,6 +319,7 @@ class Engine:
             fingerprints.append(state_fingerprint(sums))
             if step < LAYER_STEPS:
                 layers.append(sums)
+                slots.append(engine.apply_model(slot_sums)[0])
             step += 1
             if step > 2000:
                 raise RuntimeError("the identity workload did not finish in 2000 steps")
@@ -314,6 +332,7 @@ class Engine:
             # Each layer's sums for the first steps: where two runs part, the
             # first layer that differs says where in the forward they did.
             "layer_sums": layers,
+            "slot_sums": slots,
             "state_sha256": engine.apply_model(state_sha256)[0],
             "tokens": {rid: list(c.token_ids) for rid, c in sorted(finals.items())},
             "logprobs": {rid: _logprobs(c) for rid, c in sorted(finals.items())},
