@@ -254,9 +254,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         ssu=target.ssu,
     )
     hooks = ForwardHooks()
-    prefetcher = hooks.register(
-        SRSeedPrefetcher(args.layers, target.device, sync_plan=args.sync_plan, drawer=args.drawer)
+    prefetcher = SRSeedPrefetcher(
+        args.layers, target.device, sync_plan=args.sync_plan, drawer=args.drawer
     )
+    hooks.register(prefetcher)
     base = torch.zeros(1, dtype=torch.int64, device=target.device)
     steps = breakdown_steps(Breakdown(model, hooks, prefetcher, base))
     samples = measure(steps, rounds=args.rounds, seed=args.seed)

@@ -58,7 +58,7 @@ class FakeEvent:
 def cpu_breakdown(monkeypatch):
     """The breakdown's parts on the CPU: a real SRSeedPrefetcher over a real SeedPrefetch."""
 
-    def cpu_seed_prefetch(owner, num_ssu_calls, device, sync_plan, drawer):
+    def cpu_seed_prefetch(owner, num_ssu_calls, device, sync_plan, drawer, check_offsets=False):
         return prefetch_module.SeedPrefetch(
             type(owner).__name__,
             num_ssu_calls,
@@ -76,9 +76,8 @@ def cpu_breakdown(monkeypatch):
         SMALL, num_layers=LAYERS, batch_size=1, gemms=False, device=torch.device("cpu"), ssu=ssu
     )
     hooks = ForwardHooks()
-    prefetcher = hooks.register(
-        SRSeedPrefetcher(LAYERS, "cpu", sync_plan="current_stream", drawer="randint")
-    )
+    prefetcher = SRSeedPrefetcher(LAYERS, "cpu", sync_plan="current_stream", drawer="randint")
+    hooks.register(prefetcher)
     base = torch.zeros(1, dtype=torch.int64)
     return host_breakdown.Breakdown(model, hooks, prefetcher, base), ssu
 

@@ -121,11 +121,10 @@ class ExplicitResetSource:
     def __init__(self, num_layers: int, device: torch.device, sync_plan: str, drawer: str) -> None:
         self._device = device
         self._hooks = ForwardHooks()
-        self._prefetcher = self._hooks.register(
-            SRSeedPrefetcher(
-                num_ssu_calls=num_layers, device=device, sync_plan=sync_plan, drawer=drawer
-            )
+        self._prefetcher = SRSeedPrefetcher(
+            num_ssu_calls=num_layers, device=device, sync_plan=sync_plan, drawer=drawer
         )
+        self._hooks.register(self._prefetcher)
 
     def forward_scope(self, captured: bool) -> AbstractContextManager[object]:
         return self._hooks.forward(ForwardInfo(runs_ssu=True, full_cudagraph=captured))

@@ -2,7 +2,13 @@
 
 from .designs import ForwardContextSeedPrefetcher, SRSeedPrefetcher
 from .drawers import DRAWERS, RandintDrawer, SeedDrawer, resolve_drawer
-from .hooks import ForwardHook, ForwardHooks, ForwardInfo, NestedForwardError
+from .hooks import (
+    ForwardHook,
+    ForwardHookHandle,
+    ForwardHooks,
+    ForwardInfo,
+    NestedForwardError,
+)
 from .prefetch import IncompleteSeedBatchError, WrongStreamError
 from .sync import SYNC_PLANS, SyncPlan, resolve_sync_plan
 
@@ -11,6 +17,7 @@ __all__ = [
     "SYNC_PLANS",
     "ForwardContextSeedPrefetcher",
     "ForwardHook",
+    "ForwardHookHandle",
     "ForwardHooks",
     "ForwardInfo",
     "IncompleteSeedBatchError",

@@ -41,14 +41,20 @@ listed gets FALLBACK_SYNC_PLAN."""
 FALLBACK_SYNC_PLAN = "geometric"
 
 
+NO_CUDA = "no CUDA device"
+NO_DRAWER = "no seed drawer is faster than stock's per-call draw here"
+
+
 def _seed_prefetch(
     owner: object,
     num_ssu_calls: int,
     device: torch.device | str,
     sync_plan: str | SyncPlan | None,
     drawer: str | SeedDrawer,
-) -> SeedPrefetch | None:
-    """The shared machinery, or None where seeds cannot be prefetched (no CUDA)."""
+    check_offsets: bool = False,
+) -> SeedPrefetch | str:
+    """The shared machinery, or why seeds are not prefetched: no CUDA, or the
+    "auto" drawer found none that beats stock's per-call draw."""
     if (
         isinstance(num_ssu_calls, bool)
         or not isinstance(num_ssu_calls, int)
@@ -59,15 +65,19 @@ def _seed_prefetch(
     plan = None if sync_plan is None else resolve_sync_plan(sync_plan)
     device = torch.device(device)
     if device.type != "cuda" or not torch.cuda.is_available():
-        return None
+        return NO_CUDA
     if device.index is None:
         device = torch.device("cuda", torch.cuda.current_device())
     built_drawer = make_drawer()
+    if built_drawer is None:
+        return NO_DRAWER  # drawers.py has logged why
     if plan is None:
         plan = resolve_sync_plan(
             DEFAULT_SYNC_PLANS.get(built_drawer.name, FALLBACK_SYNC_PLAN)
         )
-    return SeedPrefetch(type(owner).__name__, num_ssu_calls, device, built_drawer, plan)
+    return SeedPrefetch(
+        type(owner).__name__, num_ssu_calls, device, built_drawer, plan, check_offsets
+    )
 
 
 class _Prefetcher:
@@ -79,8 +89,14 @@ class _Prefetcher:
         device: torch.device | str,
         sync_plan: str | SyncPlan | None,
         drawer: str | SeedDrawer,
+        check_offsets: bool = False,
     ) -> None:
-        self._prefetch = _seed_prefetch(self, num_ssu_calls, device, sync_plan, drawer)
+        made = _seed_prefetch(
+            self, num_ssu_calls, device, sync_plan, drawer, check_offsets
+        )
+        self._prefetch = None if isinstance(made, str) else made
+        self.inactive_reason = made if isinstance(made, str) else None
+        """Why this prefetcher is disabled (NO_CUDA, NO_DRAWER), or None."""
 
     @property
     def enabled(self) -> bool:
@@ -114,8 +130,9 @@ class SRSeedPrefetcher(_Prefetcher):
         *,
         sync_plan: str | SyncPlan | None = None,
         drawer: str | SeedDrawer = "auto",
+        check_offsets: bool = False,
     ) -> None:
-        super().__init__(num_ssu_calls, device, sync_plan, drawer)
+        super().__init__(num_ssu_calls, device, sync_plan, drawer, check_offsets)
         self._batch: SeedBatch | None = None
         self._draw_at_first_seed = False
 
@@ -164,8 +181,9 @@ class ForwardContextSeedPrefetcher(_Prefetcher):
         is_micro_batched: Callable[[object], bool] = lambda forward: False,
         sync_plan: str | SyncPlan = "per_seed",
         drawer: str | SeedDrawer = "randint",
+        check_offsets: bool = False,
     ) -> None:
-        super().__init__(num_ssu_calls, device, sync_plan, drawer)
+        super().__init__(num_ssu_calls, device, sync_plan, drawer, check_offsets)
         self._current_forward = current_forward
         self._is_micro_batched = is_micro_batched
         self._forward: weakref.ref[object] | None = None

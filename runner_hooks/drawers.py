@@ -69,10 +69,16 @@ DRAWERS: dict[str, Callable[[], SeedDrawer]] = {
 
 
 @functools.cache
-def _auto_drawer() -> SeedDrawer:
-    """The one-kernel drawer where it builds, else the stock randint calls.
+def _auto_drawer() -> SeedDrawer | None:
+    """The one-kernel drawer where it builds; else None: no prefetching at all.
 
-    Cached: the choice and its log line are made once per process.
+    Never slower than stock: the randint drawer is, in eager forwards, with
+    every sync plan (bench/results/nvidia-h200-20261130.md: 1.02-1.08x stock's
+    step, eager, BS 1-8), and mixed prefill/decode batches run the Mamba op
+    eagerly even under PIECEWISE graphs.  So where the kernel cannot be built,
+    "auto" leaves the stock per-call draw in place and says why, once; a user
+    who wants randint anyway names it.  Cached: the choice and its log line
+    are made once per process.
     """
     from .seed_kernel import SeedKernelUnavailable
 
@@ -80,20 +86,23 @@ def _auto_drawer() -> SeedDrawer:
         drawer = _kernel_drawer()
     except SeedKernelUnavailable as reason:
         logger.warning(
-            "Drawing stochastic-rounding seeds with one randint per seed: "
-            "the one-kernel drawer is unavailable (%s)",
+            "Not prefetching stochastic-rounding seeds: the one-kernel drawer is "
+            "unavailable (%s), and drawing them with one randint per seed is slower "
+            "than stock in eager forwards. Name the randint drawer to prefetch with "
+            "it anyway.",
             reason,
         )
-        return RandintDrawer()
+        return None
     logger.info("Drawing stochastic-rounding seeds with one kernel per forward")
     return drawer
 
 
-def drawer_factory(drawer: str | SeedDrawer) -> Callable[[], SeedDrawer]:
+def drawer_factory(drawer: str | SeedDrawer) -> Callable[[], SeedDrawer | None]:
     """How to make the drawer given or named ("auto", or a key of DRAWERS).
 
     Names are checked now; building (the one-kernel drawer compiles) waits
     until the factory is called, so a disabled prefetcher builds nothing.
+    Only "auto" may make None: no drawer is faster than stock here.
     """
     if not isinstance(drawer, str):
         return lambda: drawer
@@ -107,6 +116,6 @@ def drawer_factory(drawer: str | SeedDrawer) -> Callable[[], SeedDrawer]:
         ) from None
 
 
-def resolve_drawer(drawer: str | SeedDrawer) -> SeedDrawer:
-    """The drawer itself, or the one named, built."""
+def resolve_drawer(drawer: str | SeedDrawer) -> SeedDrawer | None:
+    """The drawer itself, or the one named, built (None: "auto" found none)."""
     return drawer_factory(drawer)()

@@ -1,7 +1,9 @@
 """The runner-facing contract: what a model runner tells its hooks about each forward.
 
 This module knows nothing about CUDA.  A model runner owns one `ForwardHooks`
-and wraps every forward of its target model in `hooks.forward(info)`; hooks
+and wraps every forward of its target model in `hooks.forward(info)`, with
+`info` None while no hook is registered (`hooks.active`), which costs next
+to nothing; hooks
 such as the seed prefetchers learn from it where one forward ends and the next
 begins, instead of guessing it from side channels.
 """
@@ -10,9 +12,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
-from typing import Protocol, TypeVar
+from typing import ClassVar, Protocol
 
 logger = logging.getLogger(__name__)
 
@@ -44,9 +46,6 @@ class ForwardHook(Protocol):
     def on_forward_end(self, info: ForwardInfo) -> None: ...
 
 
-HookT = TypeVar("HookT", bound=ForwardHook)
-
-
 class NestedForwardError(RuntimeError):
     """A forward was opened while another one was still open."""
 
@@ -59,12 +58,18 @@ class ForwardHooks:
     track of the outer forward if they did, so nesting is refused loudly.
     """
 
+    UNHOOKED: ClassVar[AbstractContextManager[None]]
+    """What `forward(None)` returns: a shared context that does nothing."""
+
     def __init__(self) -> None:
         self._hooks: list[ForwardHook] = []
         self._current: ForwardInfo | None = None
+        self.active = False
+        """Whether any hook is registered: a runner opens `forward(info)` only then."""
 
-    def register(self, hook: HookT) -> HookT:
-        """Adds `hook`; it is called for every later forward.  Returns it."""
+    def register(self, hook: ForwardHook) -> ForwardHookHandle:
+        """Adds `hook`, called for every later forward; returns a handle whose
+        `remove()` takes it out again (as torch's `register_forward_hook`)."""
         if not callable(getattr(hook, "on_forward_begin", None)) or not callable(
             getattr(hook, "on_forward_end", None)
         ):
@@ -73,16 +78,36 @@ class ForwardHooks:
                 "on_forward_begin(info) and on_forward_end(info)"
             )
         self._hooks.append(hook)
-        return hook
+        self.active = True
+        return ForwardHookHandle(self, hook)
+
+    def _remove(self, hook: ForwardHook) -> None:
+        if self._current is not None:
+            raise RuntimeError(
+                f"a hook cannot be removed while forward({self._current}) is open"
+            )
+        self._hooks = [h for h in self._hooks if h is not hook]
+        self.active = bool(self._hooks)
 
     @property
     def current(self) -> ForwardInfo | None:
         """The open forward's info, or None between forwards."""
         return self._current
 
+    def forward(self, info: ForwardInfo | None) -> AbstractContextManager[None]:
+        """Runs the body as one forward; with `info` None, as no forward at all.
+
+        A runner passes None while no hook is registered (`active` false), so
+        that it builds no ForwardInfo: `UNHOOKED` is returned, and the body
+        runs with no hook code around it.
+        """
+        if info is None:
+            return self.UNHOOKED
+        return self._forward(info)
+
     @contextmanager
-    def forward(self, info: ForwardInfo) -> Iterator[None]:
-        """Runs the body as one forward.
+    def _forward(self, info: ForwardInfo) -> Iterator[None]:
+        """The forward of `forward(info)`.
 
         Every hook's `on_forward_begin(info)` runs on entry, in registration
         order; `on_forward_end(info)` runs on exit, in reverse order, for
@@ -135,3 +160,34 @@ class ForwardHooks:
                     first = error
         if first is not None:
             raise first
+
+
+class _Unhooked:
+    """A context that does nothing, with no state: one instance serves every runner."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc_info: object) -> None:
+        return None
+
+
+ForwardHooks.UNHOOKED = _Unhooked()
+
+
+class ForwardHookHandle:
+    """Returned by `ForwardHooks.register`: `remove()` unregisters the hook."""
+
+    __slots__ = ("_hooks", "hook")
+
+    def __init__(self, hooks: ForwardHooks, hook: ForwardHook) -> None:
+        self._hooks: ForwardHooks | None = hooks
+        self.hook = hook
+
+    def remove(self) -> None:
+        """Unregisters the hook (refused mid-forward); again, does nothing."""
+        if self._hooks is not None:
+            self._hooks._remove(self.hook)
+            self._hooks = None

@@ -46,7 +46,8 @@ CUDA-graph capture the same records and waits become graph edges.
 
 * Values.  A drawer advances the device's default generator exactly as the
   stock `torch.randint` calls would, in the same order, and the model runs no
-  other generator user between the Mamba layers of a forward, so seed k is
+  other generator user between the Mamba layers of a forward (assumed, not
+  enforced; `check_offsets=True` checks it: offset_check.py), so seed k is
   the stock k-th draw, eagerly and on every replay (a graph replays its RNG
   at fresh offsets, as stock's captured randint does).  Calls beyond N get
   None and draw inline after the N prefetched ones: stock order again.
@@ -67,6 +68,7 @@ from dataclasses import dataclass
 import torch
 
 from .drawers import SeedDrawer
+from .offset_check import GeneratorOffsetCheck
 from .sync import SyncPlan
 
 logger = logging.getLogger(__name__)
@@ -180,6 +182,24 @@ class SeedBatch:
             self.stream.wait_event(buffer.events[-1])  # type: ignore[union-attr]
 
 
+class CheckedSeedBatch(SeedBatch):
+    """An eager forward's batch under the opt-in offset check (offset_check.py):
+    at every seed taken, the generator must be where the draws left it."""
+
+    __slots__ = ("_check", "_expected")
+
+    def __init__(self, check: GeneratorOffsetCheck, *args: object) -> None:
+        super().__init__(*args)  # type: ignore[arg-type]
+        self._check = check
+        self._expected = check.offset()
+
+    def take(self) -> torch.Tensor | None:
+        seed = super().take()
+        if seed is not None:
+            self._expected = self._check.verify(self._expected, self.consumed - 1)
+        return seed
+
+
 class SeedPrefetch:
     """Schedules and closes per-forward seed batches for one device."""
 
@@ -190,6 +210,7 @@ class SeedPrefetch:
         device: torch.device,
         drawer: SeedDrawer,
         plan: SyncPlan,
+        check_offsets: bool = False,
     ) -> None:
         self.owner = owner
         self.num_seeds = num_seeds
@@ -206,6 +227,9 @@ class SeedPrefetch:
         self._eager_stream = 0
         self._handover = torch.cuda.Event()
         self._warned_unconsumed = False
+        self.offset_check = (
+            GeneratorOffsetCheck(owner, device.index) if check_offsets else None
+        )
 
     def _new_buffer(self) -> SeedBuffer:
         whole = torch.empty(self.num_seeds, dtype=torch.int64, device=self.device)
@@ -253,9 +277,7 @@ class SeedPrefetch:
             if handover:
                 torch.cuda.current_stream(self._device_index).wait_event(self._handover)
             self.drawer.draw(buffer.whole)
-            return SeedBatch(
-                self.owner, buffer, self._device_index, None, under_capture
-            )
+            return self._batch(buffer, None, under_capture)
         stream = torch.cuda.current_stream(self._device_index)
         self._fork.record(stream)
         side_stream.wait_event(self._fork)
@@ -265,7 +287,19 @@ class SeedPrefetch:
             for segment, event in zip(buffer.segments, buffer.events, strict=True):
                 self.drawer.draw(segment)
                 event.record(side_stream)
-        return SeedBatch(self.owner, buffer, self._device_index, stream, under_capture)
+        return self._batch(buffer, stream, under_capture)
+
+    def _batch(
+        self,
+        buffer: SeedBuffer,
+        stream: torch.cuda.Stream | None,
+        under_capture: bool,
+    ) -> SeedBatch:
+        """The batch of draws just enqueued; checked where the check is on, eagerly."""
+        args = (self.owner, buffer, self._device_index, stream, under_capture)
+        if self.offset_check is None or under_capture:
+            return SeedBatch(*args)
+        return CheckedSeedBatch(self.offset_check, *args)
 
     def finish(self, batch: SeedBatch) -> None:
         """Closes a forward: joins and reports a batch that was not fully consumed."""

@@ -64,7 +64,9 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> FakePrefetch:
 
 def reset_design(fake: FakePrefetch) -> tuple[ForwardHooks, SRSeedPrefetcher]:
     hooks = ForwardHooks()
-    return hooks, hooks.register(SRSeedPrefetcher(N, "cuda"))
+    prefetcher = SRSeedPrefetcher(N, "cuda")
+    hooks.register(prefetcher)
+    return hooks, prefetcher
 
 
 def test_reset_schedules_as_a_decode_forward_begins(fake: FakePrefetch) -> None:
@@ -186,7 +188,8 @@ def test_without_cuda_both_designs_disable_gracefully(device: str) -> None:
     if device == "cuda" and torch.cuda.is_available():
         pytest.skip("CUDA is available here; this checks the no-CUDA path")
     hooks = ForwardHooks()
-    reset = hooks.register(SRSeedPrefetcher(N, device))
+    reset = SRSeedPrefetcher(N, device)
+    hooks.register(reset)
     base = ForwardContextSeedPrefetcher(N, device, lambda: Forward())
     assert not reset.enabled and reset.prefetch is None
     assert not base.enabled and base.prefetch is None
@@ -206,3 +209,53 @@ def test_unknown_plan_or_drawer_names_are_refused_even_when_disabled() -> None:
         SRSeedPrefetcher(N, "cpu", sync_plan="fastest")
     with pytest.raises(ValueError, match="unknown seed drawer"):
         ForwardContextSeedPrefetcher(N, "cpu", lambda: None, drawer="magic")
+
+
+@pytest.fixture
+def cuda_without_the_kernel(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """A CUDA device as far as _seed_prefetch looks, where the seed kernel cannot
+    be built; returns the drawers that were built."""
+    from runner_hooks import drawers, seed_kernel
+
+    built: list[str] = []
+
+    def no_kernel() -> None:
+        built.append("kernel")
+        raise seed_kernel.SeedKernelUnavailable("nvcc not found")
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(drawers, "_kernel_drawer", no_kernel)
+    drawers._auto_drawer.cache_clear()
+    yield built
+    drawers._auto_drawer.cache_clear()
+
+
+def test_auto_without_the_kernel_prefetches_nothing_and_says_why(
+    cuda_without_the_kernel: list[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Never slower than stock: randint is slower eagerly, so auto does not fall back to it."""
+    with caplog.at_level("WARNING", logger="runner_hooks"):
+        first = SRSeedPrefetcher(N, torch.device("cuda", 0))
+        second = SRSeedPrefetcher(N, torch.device("cuda", 0))
+    assert not first.enabled and first.prefetch is None
+    assert first.inactive_reason == designs.NO_DRAWER == second.inactive_reason
+    assert cuda_without_the_kernel == ["kernel"], "tried once per process"
+    said = [r.getMessage() for r in caplog.records if "Not prefetching" in r.getMessage()]
+    assert len(said) == 1 and "nvcc not found" in said[0] and "randint" in said[0]
+
+
+def test_a_named_randint_drawer_still_prefetches_without_the_kernel(
+    cuda_without_the_kernel: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    made: list[str] = []
+    monkeypatch.setattr(
+        designs, "SeedPrefetch", lambda owner, n, device, drawer, *rest: made.append(drawer.name)
+    )
+    SRSeedPrefetcher(N, torch.device("cuda", 0), drawer="randint")
+    assert made == ["randint"] and cuda_without_the_kernel == []
+
+
+def test_without_cuda_the_reason_is_given() -> None:
+    if torch.cuda.is_available():
+        pytest.skip("CUDA is available here; this checks the no-CUDA path")
+    assert SRSeedPrefetcher(N, "cuda").inactive_reason == designs.NO_CUDA

@@ -54,12 +54,50 @@ def test_begin_in_order_end_in_reverse_order() -> None:
     assert hooks.current is None
 
 
-def test_register_returns_the_hook_and_refuses_non_hooks() -> None:
+def test_register_refuses_non_hooks_and_changes_nothing() -> None:
     hooks = ForwardHooks()
-    hook = Recorder("a", [])
-    assert hooks.register(hook) is hook
     with pytest.raises(TypeError, match="not a forward hook"):
         hooks.register(object())  # type: ignore[arg-type]
+    assert not hooks.active
+
+
+def test_a_handle_removes_its_hook() -> None:
+    log: list[tuple[str, str, ForwardInfo]] = []
+    hooks = ForwardHooks()
+    assert not hooks.active
+    first = hooks.register(Recorder("a", log))
+    hooks.register(Recorder("b", log))
+    assert hooks.active and first.hook.name == "a"
+    first.remove()
+    first.remove()  # a second remove does nothing
+    info = ForwardInfo(runs_ssu=True)
+    with hooks.forward(info):
+        pass
+    assert [entry[:2] for entry in log] == [("begin", "b"), ("end", "b")]
+    assert hooks.active
+
+
+def test_no_hook_left_means_inactive() -> None:
+    hooks = ForwardHooks()
+    handle = hooks.register(Recorder("a", []))
+    handle.remove()
+    assert not hooks.active
+    # What a runner opens then: forward(None), the shared context that does nothing.
+    assert hooks.forward(None) is ForwardHooks.UNHOOKED
+    with hooks.forward(None), hooks.forward(None):
+        assert hooks.current is None
+
+
+def test_a_hook_is_not_removed_mid_forward() -> None:
+    hooks = ForwardHooks()
+    handle = hooks.register(Recorder("a", []))
+    with (
+        hooks.forward(ForwardInfo(runs_ssu=False)),
+        pytest.raises(RuntimeError, match="cannot be removed while"),
+    ):
+        handle.remove()
+    handle.remove()
+    assert not hooks.active
 
 
 def test_end_runs_when_the_body_raises_and_the_error_propagates() -> None:

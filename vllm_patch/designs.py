@@ -83,8 +83,11 @@ _RESET_MESSAGE = (
     _COMMON_MESSAGE
     + """
 Forwards are delimited by the model runner: it owns a ForwardHooks, with
-a MambaSRSeedHook registered as it is built, and runs every forward of the
-target model inside forward_hooks.forward(ForwardInfo(...)). runs_ssu says
+a MambaSRSeedHook registered as it is built if VLLM_MAMBA_SR_SEED_PREFETCH
+is set, and runs every forward of the target model inside
+forward_hooks.forward(ForwardInfo(...)). With the variable unset nothing is
+registered, and the runner passes None instead of building a ForwardInfo:
+forward(None) is a shared context that does nothing. runs_ssu says
 whether the batch has Mamba decode tokens (batch_runs_mamba_ssu reads one
 Mamba-2 layer's metadata: false for prefill-only batches and the profile
 run), micro_batched whether DBO splits it, full_cudagraph whether it is a
@@ -92,7 +95,10 @@ FULL graph capture or replay. The seeds are drawn as the forward begins,
 before its first layer; for a FULL graph at the first SSU call, inside the
 capture, and a replay replays them. VLLM_MAMBA_SR_SEED_DRAWER (auto,
 default; kernel; randint) picks how they are drawn; envs.py declares it
-next to VLLM_MAMBA_SR_SEED_PREFETCH, hashed alike. The relay is registered once, because
+next to VLLM_MAMBA_SR_SEED_PREFETCH, hashed alike, and
+VLLM_MAMBA_SR_SEED_CHECK (both designs) turns on the check that nothing
+else draws from the generator between a forward's Mamba layers. The relay
+is registered once, because
 initialize_mamba_ssu_backend runs once per KV cache config (memory
 profiling, then the real one) and replaces the prefetcher. The N seeds come
 from one kernel (csrc/stock_seeds.cu, compiled on first use; a wheel build

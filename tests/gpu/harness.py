@@ -49,6 +49,7 @@ class Runner:
         drawer: str = "randint",
         num_layers: int = NUM_LAYERS,
         batch_size: int = 1,
+        check_offsets: bool = False,
     ) -> None:
         self.device = torch.device("cuda", torch.cuda.current_device())
         self.num_layers = num_layers
@@ -56,9 +57,14 @@ class Runner:
         self.current: Forward | None = None
         self.prefetcher: SRSeedPrefetcher | ForwardContextSeedPrefetcher | None
         if design == "reset":
-            self.prefetcher = self.hooks.register(
-                SRSeedPrefetcher(num_layers, self.device, sync_plan=sync_plan, drawer=drawer)
+            self.prefetcher = SRSeedPrefetcher(
+                num_layers,
+                self.device,
+                sync_plan=sync_plan,
+                drawer=drawer,
+                check_offsets=check_offsets,
             )
+            self.hooks.register(self.prefetcher)
         elif design == "baseline":
             self.prefetcher = ForwardContextSeedPrefetcher(
                 num_layers,
@@ -67,6 +73,7 @@ class Runner:
                 is_micro_batched=lambda forward: forward.info.micro_batched,  # type: ignore[attr-defined]
                 sync_plan=sync_plan or "per_seed",
                 drawer=drawer,
+                check_offsets=check_offsets,
             )
         else:
             assert design is None, design

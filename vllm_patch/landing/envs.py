@@ -6,6 +6,7 @@
 if TYPE_CHECKING:
     VLLM_MAMBA_SR_SEED_PREFETCH: bool = False
     VLLM_MAMBA_SR_SEED_DRAWER: Literal["auto", "kernel", "randint"] = "auto"
+    VLLM_MAMBA_SR_SEED_CHECK: bool = False
 
 environment_variables: dict[str, Callable[[], Any]] = {
     # If set to 1, the FlashInfer Mamba SSU backend draws a forward's
@@ -22,5 +23,12 @@ environment_variables: dict[str, Callable[[], Any]] = {
     # randint (the log says which, and why).
     "VLLM_MAMBA_SR_SEED_DRAWER": env_with_choices(
         "VLLM_MAMBA_SR_SEED_DRAWER", "auto", ["auto", "kernel", "randint"]
+    ),
+    # If set to 1 with VLLM_MAMBA_SR_SEED_PREFETCH, each eager forward checks
+    # that nothing else draws from the CUDA generator between its seed draws
+    # and its SSU calls (VLLM_MOE_ROUTING_SIMULATION_STRATEGY does), which
+    # would make the seeds differ from stock's; it warns once if so.
+    "VLLM_MAMBA_SR_SEED_CHECK": lambda: bool(
+        int(os.getenv("VLLM_MAMBA_SR_SEED_CHECK", "0"))
     ),
 }

@@ -1,7 +1,7 @@
 # Lands beside a model runner's `set_forward_context(...)` (the reset design), as
 # another context manager of the same `with`. ATTN_METADATA, UBATCH_SLICES and
 # CUDAGRAPH_MODE are read off that set_forward_context call, so the hooks see the
-# forward it opens.
+# forward it opens. With no hook registered (the flag unset), nothing is built.
 
 self.forward_hooks.forward(
     ForwardInfo(
@@ -9,4 +9,6 @@ self.forward_hooks.forward(
         micro_batched=UBATCH_SLICES is not None,
         full_cudagraph=CUDAGRAPH_MODE == CUDAGraphMode.FULL,
     )
+    if self.forward_hooks.active
+    else None
 )

@@ -3,7 +3,7 @@
 
 
 # Every forward of the target model runs inside
-# self.forward_hooks.forward(); the Mamba SSU seed prefetcher learns
-# from it where each forward begins and ends.
+# self.forward_hooks.forward() while a hook is registered; the Mamba SSU
+# seed prefetcher learns from it where each forward begins and ends.
 self.forward_hooks = ForwardHooks()
-self.forward_hooks.register(MambaSRSeedHook())
+register_mamba_sr_seed_hook(self.forward_hooks)

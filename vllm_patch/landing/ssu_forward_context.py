@@ -26,6 +26,7 @@ def _attach_sr_seed_prefetcher(
         "cuda",
         current_forward=_current_forward_context,
         is_micro_batched=_in_micro_batch,
+        check_offsets=envs.VLLM_MAMBA_SR_SEED_CHECK,
     )
     prefetch = _sr_seed_prefetcher.prefetch
     logger.info_once(
@@ -34,7 +35,7 @@ def _attach_sr_seed_prefetcher(
         num_layers,
         f"{prefetch.drawer.name} drawer, {prefetch.plan.name} sync plan"
         if prefetch is not None
-        else "inactive: no CUDA device",
+        else f"inactive: {_sr_seed_prefetcher.inactive_reason}",
     )
 
 

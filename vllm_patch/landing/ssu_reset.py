@@ -23,7 +23,10 @@ def _attach_sr_seed_prefetcher(
         return
     num_layers = len(mamba2_layers)
     _sr_seed_prefetcher = SRSeedPrefetcher(
-        num_layers, "cuda", drawer=envs.VLLM_MAMBA_SR_SEED_DRAWER
+        num_layers,
+        "cuda",
+        drawer=envs.VLLM_MAMBA_SR_SEED_DRAWER,
+        check_offsets=envs.VLLM_MAMBA_SR_SEED_CHECK,
     )
     prefetch = _sr_seed_prefetcher.prefetch
     logger.info_once(
@@ -32,8 +35,18 @@ def _attach_sr_seed_prefetcher(
         num_layers,
         f"{prefetch.drawer.name} drawer, {prefetch.plan.name} sync plan"
         if prefetch is not None
-        else "inactive: no CUDA device",
+        else f"inactive: {_sr_seed_prefetcher.inactive_reason}",
     )
+
+
+def register_mamba_sr_seed_hook(hooks: ForwardHooks) -> ForwardHookHandle | None:
+    """Registers the seed relay on a model runner's hooks if
+    VLLM_MAMBA_SR_SEED_PREFETCH is set, and returns its handle. Unset, it
+    registers nothing, so the runner's forwards take the no-hook path: no
+    ForwardInfo built, no hook called."""
+    if not envs.VLLM_MAMBA_SR_SEED_PREFETCH:
+        return None
+    return hooks.register(MambaSRSeedHook())
 
 
 class MambaSRSeedHook:

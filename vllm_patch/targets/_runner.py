@@ -30,7 +30,11 @@ def hook_imports(relay: bool) -> list[Operation]:
     """The hook contract imported before the runner's ssu_dispatch import, and the
     relay (a runner) or batch_runs_mamba_ssu alone (the V2 capture) added to it; a file
     without an ssu_dispatch import gets one after vllm.logger's."""
-    names = ("MambaSRSeedHook", "batch_runs_mamba_ssu") if relay else ("batch_runs_mamba_ssu",)
+    names = (
+        ("register_mamba_sr_seed_hook", "batch_runs_mamba_ssu")
+        if relay
+        else ("batch_runs_mamba_ssu",)
+    )
     ssu_import = Find(
         "",
         f"`from {SSU_DISPATCH_MODULE} import ...`",
@@ -46,7 +50,7 @@ def hook_imports(relay: bool) -> list[Operation]:
                 after=False,
             ),
             AddImportedNames(
-                why="import the SSU's hook relay and batch_runs_mamba_ssu",
+                why="import the SSU's hook registration and batch_runs_mamba_ssu",
                 at=ssu_import,
                 names=names,
             ),
@@ -65,10 +69,11 @@ def _mentions_hooks(node: ast.AST) -> bool:
 
 
 def hooks_in_init(runner_class: str) -> InsertStatements:
-    """The runner owns its ForwardHooks, the seed relay registered: at the end of
-    __init__ (after its last statement that the patch did not add)."""
+    """The runner owns its ForwardHooks, the seed relay registered if the flag is
+    set: at the end of __init__ (after its last statement that the patch did not
+    add)."""
     return InsertStatements(
-        why="the runner owns its forward hooks, with the seed hook registered",
+        why="the runner owns its forward hooks, the seed hook registered if the flag is set",
         at=Find(
             f"{runner_class}.__init__",
             "statement",

@@ -180,7 +180,8 @@ def operations(design: Design) -> FileOperations:
                 code="from typing import Any\n",
             ),
             _import_line(
-                f"from {VENDORED_MODULE} import (\n    ForwardInfo,\n    SRSeedPrefetcher,\n)\n",
+                f"from {VENDORED_MODULE} import (\n    ForwardHookHandle,\n    ForwardHooks,\n"
+                "    ForwardInfo,\n    SRSeedPrefetcher,\n)\n",
                 "import the vendored hook contract and prefetcher",
                 "vllm.logger",
                 after=True,
@@ -192,7 +193,8 @@ def operations(design: Design) -> FileOperations:
             ),
             _helpers(
                 landing("ssu_reset.py"),
-                "the gate, the runner-facing hook relay, and batch_runs_mamba_ssu",
+                "the gate, the runner-facing hook relay and its registration, and "
+                "batch_runs_mamba_ssu",
             ),
         ]
     else:

@@ -28,7 +28,7 @@ from tests.vllm_patch.patched.conftest import at_least, only_in, since
 
 pytestmark = only_in("reset")
 
-if ssu_dispatch.__dict__.get("MambaSRSeedHook") is not None:
+if ssu_dispatch.__dict__.get("register_mamba_sr_seed_hook") is not None:
     from vllm.model_executor.layers.mamba.ops.sr_seed_prefetch import (
         ForwardHooks,
         ForwardInfo,
@@ -85,9 +85,41 @@ def probe(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(ssu_dispatch, "_mamba2_probe_layer", PROBE)
 
 
-@pytest.fixture
-def hooks() -> ForwardHooks:
-    return ForwardHooks()
+class Quiet:
+    """A hook that does nothing, registered as the seed hook is with the flag set."""
+
+    def on_forward_begin(self, info: ForwardInfo) -> None:
+        pass
+
+    def on_forward_end(self, info: ForwardInfo) -> None:
+        pass
+
+
+@pytest.fixture(params=["flag-on", "flag-off"])
+def hooks(request: pytest.FixtureRequest) -> ForwardHooks:
+    """A runner's hooks: with a hook registered (VLLM_MAMBA_SR_SEED_PREFETCH set),
+    or with none (unset; register_mamba_sr_seed_hook then registers nothing)."""
+    hooks = ForwardHooks()
+    if request.param == "flag-on":
+        hooks.register(Quiet())
+    return hooks
+
+
+def builds_info_only_when_hooked(hooks: ForwardHooks, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With no hook registered, a runner's forward must not build a ForwardInfo."""
+    if hooks.active:
+        return
+
+    def refuse(**fields: Any) -> None:
+        raise AssertionError(f"ForwardInfo({fields}) built with no hook registered")
+
+    for module in (v1, v2):
+        monkeypatch.setattr(module, "ForwardInfo", refuse)
+
+
+def opened(hooks: ForwardHooks, info: ForwardInfo) -> ForwardInfo | None:
+    """What the model sees as the open forward: `info`, or None with no hook."""
+    return info if hooks.active else None
 
 
 FORWARDS = [
@@ -107,6 +139,7 @@ def test_v1_execute_model(
     ubatched: bool,
     decodes: int,
 ) -> None:
+    builds_info_only_when_hooked(hooks, monkeypatch)
     monkeypatch.setattr(v1, "set_forward_context", no_context)
     slices = [SimpleNamespace(num_tokens=2)] * 2 if ubatched else None
     monkeypatch.setattr(v1, "maybe_create_ubatch_slices", lambda *a: (slices, slices))
@@ -157,7 +190,10 @@ def test_v1_execute_model(
     with pytest.raises(StopForward):
         runner.execute_model(scheduler_output)
     assert model.seen == [
-        ForwardInfo(runs_ssu=decodes > 0, micro_batched=ubatched, full_cudagraph=mode == FULL)
+        opened(
+            hooks,
+            ForwardInfo(runs_ssu=decodes > 0, micro_batched=ubatched, full_cudagraph=mode == FULL),
+        )
     ]
     assert hooks.current is None
 
@@ -242,6 +278,7 @@ def test_v1_dummy_run(
         attn_metadata = None
     else:
         attn_metadata = [metadata(decodes)] * 2 if ubatched else metadata(decodes)
+    builds_info_only_when_hooked(hooks, monkeypatch)
     model = ModelStandIn(hooks)
     runner = v1_dummy_run_runner(hooks, monkeypatch, mode, ubatched, attn_metadata, model=model)
     with pytest.raises(StopForward):
@@ -253,7 +290,12 @@ def test_v1_dummy_run(
             uniform_decode=decodes is not None,
         )
     assert model.seen == [
-        ForwardInfo(runs_ssu=bool(decodes), micro_batched=ubatched, full_cudagraph=mode == FULL)
+        opened(
+            hooks,
+            ForwardInfo(
+                runs_ssu=bool(decodes), micro_batched=ubatched, full_cudagraph=mode == FULL
+            ),
+        )
     ]
     assert hooks.current is None
 
@@ -283,7 +325,7 @@ def test_v1_the_drafters_dummy_run_is_outside_the_hooks(
     )
     with pytest.raises(StopForward):
         runner._dummy_run(4, force_attention=True, uniform_decode=True)
-    assert model.seen == [ForwardInfo(runs_ssu=True)]
+    assert model.seen == [opened(hooks, ForwardInfo(runs_ssu=True))]
     assert drafter.dummy_run.seen == [None]
 
 
@@ -308,6 +350,7 @@ def test_v2_execute_model(
     ubatched: bool,
     decodes: int,
 ) -> None:
+    builds_info_only_when_hooked(hooks, monkeypatch)
     model = ModelStandIn(hooks)
     desc = descriptor(mode, 2, ubatched)
     monkeypatch.setattr(v2, "set_forward_context", no_context)
@@ -372,7 +415,10 @@ def test_v2_execute_model(
     with pytest.raises(StopForward):
         runner.execute_model(scheduler_output, dummy_run=True)
     assert model.seen == [
-        ForwardInfo(runs_ssu=decodes > 0, micro_batched=ubatched, full_cudagraph=mode == FULL)
+        opened(
+            hooks,
+            ForwardInfo(runs_ssu=decodes > 0, micro_batched=ubatched, full_cudagraph=mode == FULL),
+        )
     ]
     assert hooks.current is None
 
@@ -521,6 +567,6 @@ def test_each_runner_builds_its_hooks_with_the_seed_hook(module_name: str) -> No
     # Last in __init__, which returns nowhere earlier: every runner built has them.
     assert [ast.unparse(statement) for statement in init.body[-2:]] == [
         "self.forward_hooks = ForwardHooks()",
-        "self.forward_hooks.register(MambaSRSeedHook())",
+        "register_mamba_sr_seed_hook(self.forward_hooks)",
     ]
     assert not any(isinstance(node, ast.Return) for node in ast.walk(init))

@@ -269,6 +269,22 @@ def test_the_runner_hook_relays_to_the_prefetcher_attached_now(
     ]
 
 
+@only_in("reset")
+def test_the_seed_hook_is_registered_only_with_the_flag(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Flag unset: nothing registered, so runners take the no-hook path."""
+    from vllm.model_executor.layers.mamba.ops.sr_seed_prefetch import ForwardHooks
+
+    hooks = ForwardHooks()
+    monkeypatch.delenv("VLLM_MAMBA_SR_SEED_PREFETCH", raising=False)
+    assert ssu_dispatch.register_mamba_sr_seed_hook(hooks) is None
+    assert not hooks.active
+    monkeypatch.setenv("VLLM_MAMBA_SR_SEED_PREFETCH", "1")
+    handle = ssu_dispatch.register_mamba_sr_seed_hook(hooks)
+    assert hooks.active and isinstance(handle.hook, ssu_dispatch.MambaSRSeedHook)
+    handle.remove()
+    assert not hooks.active
+
+
 @only_in("forward-context")
 def test_forwards_are_told_apart_by_the_forward_context(
     monkeypatch: pytest.MonkeyPatch,

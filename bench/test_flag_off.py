@@ -1,0 +1,71 @@
+"""The flag-off host cost of the runner's call site (bench/flag_off.py).
+
+`test_flag_off_host_cost` is the benchmark (`pytest bench --benchmark-only`):
+it runs the interleaved measurement once and puts its figures, per variant,
+into `extra_info`; what pytest-benchmark itself times is one sample of the
+flag-off call site.  The other tests check, on any machine, that the script
+runs and that what it times is what the patch lands.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+from pathlib import Path
+
+import pytest
+
+from runner_hooks import ForwardHooks
+
+from . import flag_off
+
+pytest.importorskip("pytest_benchmark", reason="the bench needs pytest-benchmark")
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_flag_off_host_cost(benchmark) -> None:
+    rows = flag_off.summarize(flag_off.measure(rounds=30, forwards=1000))
+    benchmark.extra_info.update(rows)
+    call, runner = flag_off.variants()["flag-off"]
+    benchmark.pedantic(lambda: [call(runner, {}) for _ in range(1000)], rounds=5, iterations=1)
+
+
+def test_the_script_writes_its_tables(tmp_path: Path) -> None:
+    assert flag_off.main(["--rounds", "10", "--forwards", "20", "--out", str(tmp_path / "r")]) == 0
+    rows = json.loads((tmp_path / "r.json").read_text())
+    assert set(rows) == set(flag_off.variants())
+    assert rows["flag-off"]["over_stock_ci95_us"] is not None
+    assert "| flag-off |" in (tmp_path / "r.md").read_text()
+
+
+def test_bad_arguments_are_refused() -> None:
+    with pytest.raises(SystemExit):
+        flag_off.main(["--rounds", "0"])
+
+
+def test_flag_off_enters_no_hook_and_builds_no_info(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(**fields: object) -> None:
+        raise AssertionError("ForwardInfo built with the flag off")
+
+    monkeypatch.setattr(flag_off, "ForwardInfo", refuse)
+    runner = flag_off.Runner(ForwardHooks())
+    flag_off.flag_off(runner, {})  # would raise if it built one
+
+
+def test_the_timed_site_is_the_landed_one() -> None:
+    """The flag-off variant opens the expression vLLM gets (landing/runner_forward_item.py)."""
+    landed = ast.parse((REPO / "vllm_patch/landing/runner_forward_item.py").read_text())
+    timed = ast.parse(Path(flag_off.__file__).read_text())
+    function = next(
+        n for n in ast.walk(timed) if isinstance(n, ast.FunctionDef) and n.name == "flag_off"
+    )
+    item = function.body[0].items[1].context_expr  # type: ignore[attr-defined]
+    expected = ast.unparse(landed.body[0].value)  # type: ignore[attr-defined]
+    normalized = (
+        expected.replace("self.", "runner.")
+        .replace("batch_runs_mamba_ssu(ATTN_METADATA)", "runs_ssu(attn_metadata)")
+        .replace("UBATCH_SLICES is not None", "False")
+        .replace("CUDAGRAPH_MODE == CUDAGraphMode.FULL", "False")
+    )
+    assert ast.unparse(item) == normalized
