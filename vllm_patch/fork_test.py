@@ -12,7 +12,7 @@ PATH = "tests/kernels/mamba/test_sr_seed_prefetch.py"
 
 _COMMON_IMPORTS = (
     "from vllm.config.mamba import MambaBackendEnum, MambaConfig",
-    "from vllm.model_executor.layers.mamba.ops import ssu_dispatch",
+    "from vllm.model_executor.layers.mamba.ops import mamba_ssm, ssu_dispatch",
     "from vllm.platforms import current_platform",
     "from vllm.v1.kv_cache_interface import KVCacheConfig, KVCacheGroupSpec, MambaSpec",
 )
@@ -62,8 +62,8 @@ def open_forward() -> OpenForward:
 _TEMPLATE = '''\
 # SPDX-License-Identifier: Apache-2.0
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM project
-"""VLLM_MAMBA_SR_SEED_PREFETCH: the FlashInfer SSU backend's prefetched
-stochastic-rounding seeds equal stock's torch.randint draws, eagerly, beyond
+"""VLLM_MAMBA_SR_SEED_PREFETCH: the seeds the FlashInfer and Triton SSU
+backends hand their kernels equal stock's torch.randint draws, eagerly, beyond
 N calls, over CUDA graph replays, and outside a forward."""
 
 from collections.abc import Callable
@@ -104,15 +104,32 @@ def _stock_seeds(num_seeds: int) -> list[int]:
 
 
 class SSUHarness:
-    """Calls the real FlashInferSSUBackend.__call__, its kernel replaced by a
-    recorder of rand_seed, with other work between calls as between layers."""
+    """Calls the real SSU backend's __call__, with other work between calls as
+    between layers; the GPU kernel is replaced by a recorder of its rand_seed
+    (FlashInfer's kernel; for Triton, the Triton kernel that stock's
+    selective_state_update launches, after its own seed handling)."""
 
-    def __init__(self, backend: ssu_dispatch.FlashInferSSUBackend) -> None:
+    def __init__(self, backend: ssu_dispatch.MambaSSUBackend) -> None:
         self.backend = backend
         self.seeds: list[torch.Tensor] = []
         self.taken: list[bool] = []
         self.work = torch.ones(64, 64, device="cuda")
-        self.state = torch.zeros(1, device="cuda")
+        if isinstance(backend, ssu_dispatch.FlashInferSSUBackend):
+            self.args = [torch.zeros(1, device="cuda")] * 8
+        else:
+            # What selective_state_update checks: 2 heads x 4 x 8 state, 1 group.
+            x = torch.zeros(1, 2, 4, device="cuda")
+            self.args = [
+                torch.zeros(1, 2, 4, 8, device="cuda", dtype=torch.float16),
+                x,
+                torch.zeros_like(x),
+                torch.zeros(2, 4, 8, device="cuda"),
+                torch.zeros(1, 1, 8, device="cuda"),
+                torch.zeros(1, 1, 8, device="cuda"),
+                torch.zeros(2, 4, device="cuda"),
+                torch.zeros(2, 4, device="cuda"),
+            ]
+            self.out = torch.zeros_like(x)
         # Initialise cuBLAS outside any graph capture.
         torch.tanh(self.work @ self.work)
         torch.cuda.synchronize()
@@ -122,10 +139,21 @@ class SSUHarness:
         # draws into the same buffer.
         self.seeds.append(rand_seed.clone())
 
+    def __getitem__(self, grid: Any) -> Callable[..., None]:
+        """The Triton kernel's launch: `_selective_scan_update_kernel[grid](...)`."""
+
+        def launch(state: torch.Tensor, rand_seed: torch.Tensor, *args: Any, **kw: Any):
+            self.kernel(rand_seed=rand_seed)
+
+        return launch
+
     def run_layers(self, num_calls: int) -> None:
         for _ in range(num_calls):
             self.work = torch.tanh(self.work @ self.work)
-            self.backend(*[self.state] * 8)
+            if isinstance(self.backend, ssu_dispatch.FlashInferSSUBackend):
+                self.backend(*self.args)
+            else:
+                self.backend(*self.args, out=self.out)
 
     def seed_values(self) -> list[int]:
         return [int(seed.item()) for seed in self.seeds]
@@ -148,13 +176,15 @@ class CountingPrefetcher:
         return getattr(self._prefetcher, name)
 
 
-@pytest.fixture
-def harness(monkeypatch: pytest.MonkeyPatch) -> SSUHarness:
+@pytest.fixture(params=["flashinfer", "triton"])
+def harness(
+    monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+) -> SSUHarness:
     monkeypatch.setenv("VLLM_MAMBA_SR_SEED_PREFETCH", "1")
     monkeypatch.setattr(ssu_dispatch, "_mamba_ssu_backend", None)
     monkeypatch.setattr(ssu_dispatch, "_sr_seed_prefetcher", None)
     mamba_config = MambaConfig(
-        backend=MambaBackendEnum.FLASHINFER,
+        backend=MambaBackendEnum(request.param),
         enable_stochastic_rounding=True,
         stochastic_rounding_philox_rounds=5,
     )
@@ -164,9 +194,14 @@ def harness(monkeypatch: pytest.MonkeyPatch) -> SSUHarness:
     prefetcher = ssu_dispatch._sr_seed_prefetcher
     assert prefetcher is not None, "the prefetcher did not engage"
     backend = ssu_dispatch.get_mamba_ssu_backend()
-    assert isinstance(backend, ssu_dispatch.FlashInferSSUBackend)
     harness = SSUHarness(backend)
-    monkeypatch.setattr(backend, "_kernel", harness.kernel)
+    if isinstance(backend, ssu_dispatch.FlashInferSSUBackend):
+        monkeypatch.setattr(backend, "_kernel", harness.kernel)
+    else:
+        # Stock's selective_state_update runs, its seed handling included; the
+        # Triton kernel (whose stochastic rounding needs Blackwell's cvt.rs)
+        # is replaced by the recorder.
+        monkeypatch.setattr(mamba_ssm, "_selective_scan_update_kernel", harness)
     counting = CountingPrefetcher(prefetcher, harness.taken)
     monkeypatch.setattr(ssu_dispatch, "_sr_seed_prefetcher", counting)
     return harness

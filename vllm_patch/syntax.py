@@ -25,6 +25,7 @@ import tokenize
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 
 class SiteError(Exception):
@@ -436,10 +437,15 @@ class WrapInWith(Operation):
     code: str
     names: Names = _no_names
     step: str = "    "
+    _KEYWORD: ClassVar[str] = "with"
 
     def _header(self, source: Source, stmt: ast.stmt) -> str:
         code = substitute(self.code, self.names(source)).rstrip("\n")
-        return indent(f"with {code}:\n", source.indent_of(stmt))
+        return indent(f"{self._KEYWORD} {code}:\n", source.indent_of(stmt))
+
+    @staticmethod
+    def _wraps(node: ast.AST, inner: ast.stmt) -> bool:
+        return isinstance(node, ast.With) and node.body == [inner]
 
     def apply(self, source: Source) -> str:
         stmt = self.at.node(source)
@@ -453,10 +459,10 @@ class WrapInWith(Operation):
         assert isinstance(inner, ast.stmt)
         wrapper = Find(
             self.at.qualname,
-            f"with statement around the {self.at.what}",
-            lambda node: isinstance(node, ast.With) and node.body == [inner],
+            f"{self._KEYWORD} statement around the {self.at.what}",
+            lambda node: self._wraps(node, inner),
         ).node(source)
-        assert isinstance(wrapper, ast.With)
+        assert isinstance(wrapper, ast.With | ast.If)
         start, end = source.line_start(wrapper.lineno), source.line_end(wrapper.end_lineno or 0)
         header = self._header(source, wrapper)
         _expect(source, start, header, self.why)
@@ -466,6 +472,17 @@ class WrapInWith(Operation):
             raise SiteError(f"{self.why}: the wrapped statement is not indented by the patch")
         original = "".join(line[len(self.step) :] if line.strip() else line for line in lines)
         return _splice(source.text, start, end, original)
+
+
+@dataclass(frozen=True, kw_only=True)
+class WrapInIf(WrapInWith):
+    """The one statement `at` put inside `if <code>:` (no else), one level deeper."""
+
+    _KEYWORD: ClassVar[str] = "if"
+
+    @staticmethod
+    def _wraps(node: ast.AST, inner: ast.stmt) -> bool:
+        return isinstance(node, ast.If) and node.body == [inner] and not node.orelse
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -9,10 +9,10 @@ if TYPE_CHECKING:
     VLLM_MAMBA_SR_SEED_CHECK: bool = False
 
 environment_variables: dict[str, Callable[[], Any]] = {
-    # If set to 1, the FlashInfer Mamba SSU backend draws a forward's
-    # stochastic-rounding seeds up front instead of one torch.randint before
-    # every SSU call. The seeds are identical to stock. The Triton SSU and
-    # ReplaySSM keep their per-call draw.
+    # If set to 1, the FlashInfer and Triton Mamba SSU backends draw a
+    # forward's stochastic-rounding seeds up front instead of one
+    # torch.randint before every SSU call. The seeds are identical to stock.
+    # ReplaySSM keeps its per-call draw.
     # No effect without --enable-mamba-cache-stochastic-rounding.
     "VLLM_MAMBA_SR_SEED_PREFETCH": lambda: bool(
         int(os.getenv("VLLM_MAMBA_SR_SEED_PREFETCH", "0"))

@@ -1,7 +1,9 @@
-# Lands in ssu_dispatch.py before get_mamba_ssu_backend (both designs), followed by the
-# design's _attach_sr_seed_prefetcher. MAMBA1_TYPE and MAMBA2_TYPE are how the release
-# names the Mamba types: read off initialize_mamba_ssu_backend's own check (an enum
-# from 0.21.0 on, the strings "mamba1" / "mamba2" before).
+# Lands in ssu_dispatch.py before get_mamba_ssu_backend (both designs), followed by
+# the design's _attach_sr_seed_prefetcher. _prefetched_sr_seed is what both SSU
+# backends ask; the Triton one hands it to selective_state_update, which draws when
+# it is None. MAMBA1_TYPE and MAMBA2_TYPE are how the release names the Mamba
+# types: read off initialize_mamba_ssu_backend's own check (an enum from 0.21.0 on,
+# the strings "mamba1" / "mamba2" before).
 
 
 def _mamba2_layer_names(kv_cache_config: KVCacheConfig) -> list[str]:
@@ -26,10 +28,11 @@ def _sr_seed_prefetch_blocker(
         return "VLLM_MAMBA_SR_SEED_PREFETCH is not set"
     if not mamba_config.enable_stochastic_rounding:
         return "stochastic rounding is off"
-    if mamba_config.backend != MambaBackendEnum.FLASHINFER:
-        # The Triton SSU draws one torch.randint per call as well, inside
-        # selective_state_update; it is left as it is.
-        return "the Mamba SSU backend is not FlashInfer"
+    if mamba_config.backend not in (
+        MambaBackendEnum.FLASHINFER,
+        MambaBackendEnum.TRITON,
+    ):
+        return f"the Mamba SSU backend is {mamba_config.backend.value}"
     if use_replayssm:
         # ReplaySSM has its own SSU call and seed draw, left as they are.
         return "ReplaySSM is on"
@@ -47,3 +50,12 @@ def _sr_seed_prefetch_blocker(
     if not _mamba2_layer_names(kv_cache_config):
         return "the model has no Mamba-2 layers"
     return None
+
+
+def _prefetched_sr_seed() -> torch.Tensor | None:
+    """This SSU call's prefetched stochastic-rounding seed, or None (no
+    prefetcher attached, or none for this call: outside a forward, beyond its
+    N calls, ...), where the caller draws inline exactly as stock."""
+    if _sr_seed_prefetcher is None:
+        return None
+    return _sr_seed_prefetcher.next_seed()

@@ -6,8 +6,7 @@ def _next_rand_seed(self, device: torch.device) -> torch.Tensor:
     """This call's stochastic-rounding seed: the prefetched one when a
     prefetcher is attached and has it, else drawn inline exactly as stock
     (outside a forward, beyond the forward's N calls, ...)."""
-    if _sr_seed_prefetcher is not None:
-        seed = _sr_seed_prefetcher.next_seed()
-        if seed is not None:
-            return seed
+    seed = _prefetched_sr_seed()
+    if seed is not None:
+        return seed
     return torch.randint(0, 2**32, (1,), device=device)

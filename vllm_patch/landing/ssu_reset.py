@@ -31,8 +31,9 @@ def _attach_sr_seed_prefetcher(
     prefetch = _sr_seed_prefetcher.prefetch
     logger.info_once(
         "Prefetching Mamba stochastic-rounding seeds for %d layers per forward "
-        "(explicit-reset design, %s).",
+        "(explicit-reset design, %s SSU, %s).",
         num_layers,
+        mamba_config.backend.value,
         f"{prefetch.drawer.name} drawer, {prefetch.plan.name} sync plan"
         if prefetch is not None
         else f"inactive: {_sr_seed_prefetcher.inactive_reason}",

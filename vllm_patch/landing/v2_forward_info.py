@@ -1,8 +1,8 @@
 # Lands in the V2 runner's execute_model (the reset design), before the branch that
 # replays a FULL graph or calls the model: what the forward hooks are told of this
 # forward, either way. ATTN_METADATA and MICRO_BATCHED are read off the
-# set_forward_context call of the branch that calls the model. None (forward() then does nothing)
-# while no hook is registered.
+# set_forward_context call of the branch that calls the model. None (forward() then
+# does nothing) while no hook is registered.
 
 forward_info = (
     ForwardInfo(

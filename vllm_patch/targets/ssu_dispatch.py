@@ -1,7 +1,10 @@
 """vllm/model_executor/layers/mamba/ops/ssu_dispatch.py: where the seeds are handed out.
 
 Both designs: `FlashInferSSUBackend.__call__` takes its seed from
-`_next_rand_seed` (the prefetched one, else stock's inline draw), and
+`_next_rand_seed` (the prefetched one, else stock's inline draw),
+`TritonSSUBackend.__call__` hands `_prefetched_sr_seed()` to
+`selective_state_update` (mamba_ssm.py, which draws as stock when it is None),
+and
 `initialize_mamba_ssu_backend` attaches a prefetcher where it applies.  The
 designs differ in the prefetcher they attach and in what the runners see: the
 reset design adds the relay and `batch_runs_mamba_ssu` for the runners.
@@ -13,6 +16,7 @@ import ast
 
 from ..releases import Design
 from ..syntax import (
+    AddArgument,
     FileOperations,
     Find,
     InsertStatements,
@@ -113,6 +117,17 @@ def _shared(design: Design) -> list[Operation]:
                 expression=True,
             ),
             original=STOCK_DRAW,
+        ),
+        AddArgument(
+            why="TritonSSUBackend.__call__ hands selective_state_update the prefetched seed "
+            "(None: it draws as stock)",
+            at=Find(
+                "TritonSSUBackend.__call__",
+                "call of `self._kernel`",
+                lambda n: is_call(n, "self._kernel"),
+                expression=True,
+            ),
+            code="rand_seed=_prefetched_sr_seed()",
         ),
         InsertStatements(
             why=f"{INIT} attaches the seed prefetcher where it applies",

@@ -1,7 +1,8 @@
-"""The patched envs.py and ssu_dispatch.py, exercised for real on the CPU (both designs)."""
+"""The patched envs.py, ssu_dispatch.py and mamba_ssm.py, run for real on the CPU (both designs)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
@@ -74,7 +75,7 @@ def test_it_engages_when_every_condition_holds_with_n_mamba2_layers(
     name = "explicit-reset" if DESIGN == "reset" else DESIGN
     assert [line for line in logged if "seeds" in line] == [
         f"Prefetching Mamba stochastic-rounding seeds for {NUM_LAYERS} layers per forward "
-        f"({name} design, inactive: no CUDA device)."
+        f"({name} design, flashinfer SSU, inactive: no CUDA device)."
     ]
     # Initialised again (memory profiling, then the real KV cache): replaced.
     ssu_dispatch.initialize_mamba_ssu_backend(mamba_config(), kv_cache_config(mamba2=3))
@@ -84,7 +85,6 @@ def test_it_engages_when_every_condition_holds_with_n_mamba2_layers(
 OFF_CASES = {
     "env_var_unset": "VLLM_MAMBA_SR_SEED_PREFETCH is not set",
     "stochastic_rounding_off": "stochastic rounding is off",
-    "triton_backend": "the Mamba SSU backend is not FlashInfer",
     "replayssm": "ReplaySSM is on",
     "not_cuda": "the platform is not CUDA",
     "mamba1_layers": "the model has Mamba-1 layers",
@@ -101,19 +101,12 @@ OFF_CASES = {
 def test_each_condition_turns_it_off(
     engaged: list[tuple[Any, ...]], case: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    config = mamba_config(
-        enable_stochastic_rounding=case != "stochastic_rounding_off",
-        backend=MambaBackendEnum.TRITON
-        if case == "triton_backend"
-        else MambaBackendEnum.FLASHINFER,
-    )
+    config = mamba_config(enable_stochastic_rounding=case != "stochastic_rounding_off")
     kv_config = kv_cache_config(mamba2=NUM_LAYERS, mamba1=2 if case == "mamba1_layers" else 0)
     if case == "env_var_unset":
         monkeypatch.delenv("VLLM_MAMBA_SR_SEED_PREFETCH")
     if case == "not_cuda":
         monkeypatch.setattr(current_platform, "is_cuda", lambda: False)
-    if case == "triton_backend":
-        monkeypatch.setattr(ssu_dispatch, "TritonSSUBackend", _triton_stand_in(monkeypatch))
     logged: list[str] = []
     monkeypatch.setattr(
         ssu_dispatch.logger,
@@ -212,6 +205,91 @@ def test_the_real_prefetcher_without_a_cuda_device_draws_inline(
     torch.manual_seed(3)
     call_ssu()
     assert int(kernel.calls[-1]["rand_seed"].item()) == expected
+
+
+def test_it_engages_with_the_triton_backend(
+    engaged: list[tuple[Any, ...]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _triton_stand_in(monkeypatch)
+    logged: list[str] = []
+    monkeypatch.setattr(
+        ssu_dispatch.logger,
+        "info_once",
+        lambda msg, *args, **kw: logged.append(msg % args),
+    )
+    config = mamba_config(backend=MambaBackendEnum.TRITON)
+    ssu_dispatch.initialize_mamba_ssu_backend(config, kv_cache_config(mamba2=NUM_LAYERS))
+    assert [args[:2] for args in engaged] == [(NUM_LAYERS, "cuda")]
+    assert [line for line in logged if "seeds" in line and "triton SSU" in line], logged
+
+
+def test_the_triton_backend_hands_its_kernel_the_prefetched_seed_or_none(
+    engaged: list[tuple[Any, ...]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """None: stock's selective_state_update then draws inline, as stock."""
+    recorded = KernelStandIn()
+    backend_cls = _triton_stand_in(monkeypatch)
+    monkeypatch.setattr(backend_cls, "_kernel", recorded, raising=False)
+    config = mamba_config(backend=MambaBackendEnum.TRITON)
+    ssu_dispatch.initialize_mamba_ssu_backend(config, kv_cache_config(mamba2=2))
+    prefetched = torch.tensor([7], dtype=torch.int64)
+    monkeypatch.setattr(ssu_dispatch, "_sr_seed_prefetcher", FixedPrefetcher(prefetched, None))
+    call_ssu()
+    assert recorded.calls[-1]["rand_seed"] is prefetched
+    call_ssu()
+    assert recorded.calls[-1]["rand_seed"] is None
+    monkeypatch.setattr(ssu_dispatch, "_sr_seed_prefetcher", None)
+    call_ssu()
+    assert recorded.calls[-1]["rand_seed"] is None
+    assert recorded.calls[-1]["enable_stochastic_rounding"] is True
+
+
+class LaunchStandIn:
+    """Stands in for the Triton kernel object: `kernel[grid](*args, **kwargs)` records args."""
+
+    def __init__(self) -> None:
+        self.seeds: list[torch.Tensor | None] = []
+
+    def __getitem__(self, grid: Any) -> Callable[..., None]:
+        def launch(state: torch.Tensor, rand_seed: torch.Tensor | None, *args: Any, **kw: Any):
+            self.seeds.append(rand_seed)
+
+        return launch
+
+
+def test_selective_state_update_draws_only_when_no_seed_is_given(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from vllm.model_executor.layers.mamba.ops import mamba_ssm
+
+    launches = LaunchStandIn()
+    monkeypatch.setattr(mamba_ssm, "_selective_scan_update_kernel", launches)
+    monkeypatch.setattr(mamba_ssm, "try_get_optimal_ssm_config", lambda *a, **kw: (4, 1))
+    nheads, dim, dstate = 2, 4, 8
+
+    def run(**extra: Any) -> None:
+        x = torch.zeros(1, nheads, dim)
+        mamba_ssm.selective_state_update(
+            torch.zeros(1, nheads, dim, dstate, dtype=torch.float16),
+            x,
+            torch.zeros_like(x),
+            torch.zeros(nheads, dim, dstate),
+            torch.zeros(1, 1, dstate),
+            torch.zeros(1, 1, dstate),
+            torch.zeros(nheads, dim),
+            torch.zeros(nheads, dim),
+            out=torch.zeros_like(x),
+            **extra,
+        )
+
+    given = torch.tensor([5], dtype=torch.int64)
+    torch.manual_seed(11)
+    run(enable_stochastic_rounding=True, rand_seed=given)
+    assert launches.seeds[-1] is given
+    run(enable_stochastic_rounding=True)  # stock: drawn here, from where the given seed left it
+    assert int(launches.seeds[-1].item()) == stock_seed_after(11)
+    run()
+    assert launches.seeds[-1] is None
 
 
 @only_in("reset")
@@ -335,5 +413,5 @@ def test_the_forks_test_file_collects_and_skips_without_a_device() -> None:
     failures = [str(report.longrepr) for report in collected.reports if report.failed]
     assert exit_code == pytest.ExitCode.OK, "\n".join(failures)
     reasons = [str(report.longrepr) for report in collected.reports if report.skipped]
-    assert len(reasons) == 4, reasons
+    assert len(reasons) == 8, reasons  # 4 tests x 2 SSU backends
     assert all("seed prefetching needs a CUDA device" in reason for reason in reasons), reasons
