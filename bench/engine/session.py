@@ -3,6 +3,8 @@ the worker pool: one worker per (arm, runner), started side by side.
 
     SR_ENGINE_SITES  copy=path,...  the vLLM copies (see tests/gpu/vllm/engine.sh)
     SR_ENGINE_GPUS   0 or 0,1       GPUs; with two, V1 engines use the first, V2 the second
+    SR_ENGINE_RUNNERS v1,v2         the runners the timing measures (default both; one
+                                    runner fits a device call of 10 minutes)
     OUT              where results and engine logs go (default /tmp/out)
 """
 
@@ -20,6 +22,7 @@ from .arms import Arm, Runner
 from .client import SITES_ENV, Worker, sites_from_env
 
 GPUS_ENV = "SR_ENGINE_GPUS"
+RUNNERS_ENV = "SR_ENGINE_RUNNERS"
 
 
 @dataclass(frozen=True)
@@ -27,6 +30,7 @@ class Settings:
     sites: dict[str, str]
     gpus: tuple[str, ...]
     out: Path
+    runners: tuple[Runner, ...] = tuple(Runner)
 
     @classmethod
     def from_env(cls) -> Settings | None:
@@ -34,7 +38,8 @@ class Settings:
         if sites is None:
             return None
         gpus = tuple(g for g in os.environ.get(GPUS_ENV, "0").split(",") if g)
-        return cls(sites, gpus, Path(os.environ.get("OUT", "/tmp/out")) / "engine")
+        out = Path(os.environ.get("OUT", "/tmp/out")) / "engine"
+        return cls(sites, gpus, out, runners_from_env())
 
     def gpu(self, runner: Runner) -> str:
         return self.gpus[list(Runner).index(runner) % len(self.gpus)]
@@ -42,6 +47,18 @@ class Settings:
     def write_model(self) -> Path:
         """Writes the model directory the workers load (config.json); returns it."""
         return model.write_model_dir(Path("/tmp/sr-engine-model"))
+
+
+def runners_from_env() -> tuple[Runner, ...]:
+    text = os.environ.get(RUNNERS_ENV, "")
+    if not text:
+        return tuple(Runner)
+    names = [name for name in text.split(",") if name]
+    known = {runner.value: runner for runner in Runner}
+    unknown = [name for name in names if name not in known]
+    if unknown or not names:
+        raise ValueError(f"{RUNNERS_ENV} takes v1, v2 or v1,v2; got {text!r}")
+    return tuple(known[name] for name in names)
 
 
 SKIP_REASON = (

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from . import arms, model, report, timing, worker
+from . import arms, model, report, session, timing, worker
 from .arms import ARMS, BY_NAME, CONTROLS, STOCK, GraphMode, Runner
 from .client import Worker, WorkerError, sites_from_env
 
@@ -417,3 +417,38 @@ def test_microbench_predictions_follow_each_arms_variant() -> None:
 def test_gpu_machine_scripts_parse(script: str) -> None:
     path = Path(__file__).resolve().parents[2] / "tests" / "gpu" / "vllm" / script
     subprocess.run(["bash", "-n", str(path)], check=True)
+
+
+def test_the_timing_can_measure_one_runner(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(session.RUNNERS_ENV, "v2")
+    assert session.runners_from_env() == (Runner.V2,)
+    started: list[str] = []
+
+    class Quick:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def call(self, op: str, **args: object) -> dict:
+            started.append(self.name)
+            return {"start_s": 1.0} if op == "start" else {"step_s": 3e-3}
+
+        def engagement(self) -> list[str]:
+            return []
+
+        def close(self) -> None:
+            pass
+
+    def spawn(pairs, settings, tag, extra_env):
+        return {(a.name, r.value): Quick(f"{a.name}/{r.value}") for a, r in pairs}
+
+    settings = session.Settings({}, ("0", "1"), tmp_path, session.runners_from_env())
+    data, _ = timing.run(settings, timing.Plan(rounds=2, batch_sizes=(1,)), spawn=spawn)
+    assert list(data["runners"]) == ["v2"]
+    assert all(name.endswith("/v2") for name in started)
+
+
+@pytest.mark.parametrize("bad", ["v3", ",", "v1,x"])
+def test_an_unknown_runner_is_refused(bad: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(session.RUNNERS_ENV, bad)
+    with pytest.raises(ValueError, match="SR_ENGINE_RUNNERS takes"):
+        session.runners_from_env()

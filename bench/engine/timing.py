@@ -155,7 +155,7 @@ def run(
     """Starts a FULL_AND_PIECEWISE engine per (arm, runner), measures the
     runners one after the other, writes settings.out / "timing.json"; returns
     its data and the workers (still running: the caller closes them)."""
-    pairs = [(arm, runner) for runner in Runner for arm in ARMS]
+    pairs = [(arm, runner) for runner in settings.runners for arm in ARMS]
     # As the identity check runs them: the same compiled code in every arm
     # (no config picked by timing under load), and its compile cache reused.
     workers = spawn(pairs, settings, "timing", DETERMINISTIC_ENV)
@@ -190,9 +190,10 @@ def run(
     try:
         # Engines start side by side; the runners are measured one after the
         # other, so that one's host work does not add to the other's spread.
-        with ThreadPoolExecutor(max_workers=len(Runner)) as pool:
-            ready = dict(zip(Runner, pool.map(started, Runner), strict=True))
-        results = {runner.value: measure(runner, ready[runner]) for runner in Runner}
+        runners = settings.runners
+        with ThreadPoolExecutor(max_workers=len(runners)) as pool:
+            ready = dict(zip(runners, pool.map(started, runners), strict=True))
+        results = {runner.value: measure(runner, ready[runner]) for runner in runners}
     except BaseException:
         close_all(workers)
         raise
