@@ -72,9 +72,12 @@ DRAWERS: dict[str, Callable[[], SeedDrawer]] = {
 def _auto_drawer() -> SeedDrawer | None:
     """The one-kernel drawer where it builds; else None: no prefetching at all.
 
-    Never slower than stock: the randint drawer is, in eager forwards, with
-    every sync plan (bench/results/nvidia-h200-20261130.md: 1.02-1.08x stock's
-    step, eager, BS 1-8), and mixed prefill/decode batches run the Mamba op
+    Never slower than stock: with the randint drawer no sync plan is as fast
+    as stock in both eager and graph mode at every batch size
+    (bench/results/nvidia-h200-20261130.summary.json, BS 1-8, ratio to stock:
+    current_stream 1.014x under graphs at BS 1 and 2; single 1.017x and
+    1.009x eagerly at BS 1 and 4; geometric 1.04-1.05x and per_seed
+    1.16-1.23x eagerly), and mixed prefill/decode batches run the Mamba op
     eagerly even under PIECEWISE graphs.  So where the kernel cannot be built,
     "auto" leaves the stock per-call draw in place and says why, once; a user
     who wants randint anyway names it.  Cached: the choice and its log line
@@ -87,9 +90,9 @@ def _auto_drawer() -> SeedDrawer | None:
     except SeedKernelUnavailable as reason:
         logger.warning(
             "Not prefetching stochastic-rounding seeds: the one-kernel drawer is "
-            "unavailable (%s), and drawing them with one randint per seed is slower "
-            "than stock in eager forwards. Name the randint drawer to prefetch with "
-            "it anyway.",
+            "unavailable (%s), and drawing them with one randint per seed is not as "
+            "fast as stock in both eager and CUDA-graph forwards. Name the randint "
+            "drawer to prefetch with it anyway.",
             reason,
         )
         return None
