@@ -63,21 +63,27 @@ def first_difference(a: Sequence[str], b: Sequence[str]) -> int | None:
     return None if len(a) == len(b) else min(len(a), len(b))
 
 
+def _kept_at(a: dict[str, Any], b: dict[str, Any], key: str, step: int) -> tuple | None:
+    """Both records' `key` entries for `step`, where both kept that step."""
+    x, y = a.get(key, []), b.get(key, [])
+    return None if step >= min(len(x), len(y)) else (x[step], y[step])
+
+
 def first_layer(a: dict[str, Any], b: dict[str, Any], step: int) -> int | None:
     """The first Mamba-2 layer whose state differs at `step`, where both
     records kept that step's per-layer sums."""
-    x, y = a.get("layer_sums", []), b.get("layer_sums", [])
-    if step >= min(len(x), len(y)):
+    kept = _kept_at(a, b, "layer_sums", step)
+    if kept is None:
         return None
-    return next((i for i, (u, v) in enumerate(zip(x[step], y[step], strict=False)) if u != v), None)
+    return next((i for i, (u, v) in enumerate(zip(*kept, strict=False)) if u != v), None)
 
 
 def slots_differing(a: dict[str, Any], b: dict[str, Any], step: int) -> list[int] | None:
     """The cache slots whose state differs at `step`, where both records kept them."""
-    x, y = a.get("slot_sums", []), b.get("slot_sums", [])
-    if step >= min(len(x), len(y)):
+    kept = _kept_at(a, b, "slot_sums", step)
+    if kept is None:
         return None
-    return [i for i, (u, v) in enumerate(zip(x[step], y[step], strict=False)) if u != v]
+    return [i for i, (u, v) in enumerate(zip(*kept, strict=False)) if u != v]
 
 
 def compare(stock: dict[str, Any], other: dict[str, Any]) -> str:
