@@ -65,7 +65,9 @@ class ForwardHooks:
         self._hooks: list[ForwardHook] = []
         self._current: ForwardInfo | None = None
         self.active = False
-        """Whether any hook is registered: a runner opens `forward(info)` only then."""
+        """Whether any hook is registered: a runner opens `forward(info)` only then.
+        Kept by register and remove rather than computed, for the runner's read
+        on every forward."""
 
     def register(self, hook: ForwardHook) -> ForwardHookHandle:
         """Adds `hook`, called for every later forward; returns a handle whose

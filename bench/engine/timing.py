@@ -16,7 +16,7 @@ decodes):
   graph mode times.
 On 2026-11-30 (H200 x2) step_s had IQRs of 190-1250 µs at 3.1-4.1 ms per
 step with both runners measured at once; measured one after the other,
-forward_s still had IQRs of 550-1200 µs at 2.3-3.1 ms (a host-bound step:
+forward_s still had IQRs of 550-1150 µs at 2.3-3.1 ms (a host-bound step:
 the GPU waits on the host inside execute_model, so its span is host time).
 Both are far above the ~70 µs at stake. Hence replay_s. The engines run with
 arms.DETERMINISTIC_ENV, as the identity check's do: every arm then runs the
