@@ -34,6 +34,34 @@ def sites_from_env() -> dict[str, str] | None:
     return dict(pairs)
 
 
+def environment(
+    arm: Arm,
+    runner: Runner,
+    sites: dict[str, str],
+    gpu: str,
+    cache_root: Path,
+    extra_env: dict[str, str] | None = None,
+) -> dict[str, str]:
+    """A worker process's environment: this one's, then extra_env (settings
+    every arm shares), the runner's, the arm's own (which wins: the
+    stock-hashseed arm's PYTHONHASHSEED), and what the worker must have."""
+    if arm.copy.value not in sites:
+        raise ValueError(f"{SITES_ENV} names no vLLM for the {arm.copy.value!r} copy")
+    env = dict(os.environ)
+    env.update(extra_env or {})
+    env.update(runner.env)
+    env.update(arm.env)
+    env.update(
+        PYTHONPATH=os.pathsep.join([str(REPO), sites[arm.copy.value]]),
+        CUDA_VISIBLE_DEVICES=gpu,
+        VLLM_ENABLE_V1_MULTIPROCESSING="0",
+        # One compile cache per process: engines that start side by side
+        # must not write the same entries at once.
+        VLLM_CACHE_ROOT=str(cache_root / f"{arm.name}-{runner.value}-gpu{gpu}"),
+    )
+    return env
+
+
 @dataclass
 class Worker:
     arm: Arm
@@ -55,20 +83,7 @@ class Worker:
         cache_root: Path,
         extra_env: dict[str, str] | None = None,
     ) -> Worker:
-        if arm.copy.value not in sites:
-            raise ValueError(f"{SITES_ENV} names no vLLM for the {arm.copy.value!r} copy")
-        env = dict(os.environ)
-        env.update(arm.env)
-        env.update(runner.env)
-        env.update(extra_env or {})
-        env.update(
-            PYTHONPATH=os.pathsep.join([str(REPO), sites[arm.copy.value]]),
-            CUDA_VISIBLE_DEVICES=gpu,
-            VLLM_ENABLE_V1_MULTIPROCESSING="0",
-            # One compile cache per process: engines that start side by side
-            # must not write the same entries at once.
-            VLLM_CACHE_ROOT=str(cache_root / f"{arm.name}-{runner.value}-gpu{gpu}"),
-        )
+        env = environment(arm, runner, sites, gpu, cache_root, extra_env)
         log_dir.mkdir(parents=True, exist_ok=True)
         log = log_dir / f"{arm.name}-{runner.value}.log"
         read_end, write_end = os.pipe()

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from . import model
-from .arms import ARMS, CONTROLS, DETERMINISTIC_ENV, STOCK, Arm, GraphMode, Runner
+from .arms import DETERMINISTIC_ENV, IDENTITY_ARMS, STOCK, Arm, GraphMode, Runner
 from .session import Settings, close_all, spawn_all, write_json
 
 
@@ -91,11 +91,9 @@ def run(settings: Settings, spawn: Callable[..., dict] = spawn_all) -> dict[str,
     todo = {
         (arm.name, runner): [mode for mode in MODES if key(arm.name, runner, mode) not in records]
         for runner in Runner
-        for arm in ARMS + CONTROLS
+        for arm in IDENTITY_ARMS
     }
-    pairs = [
-        (arm, runner) for runner in Runner for arm in ARMS + CONTROLS if todo[arm.name, runner]
-    ]
+    pairs = [(arm, runner) for runner in Runner for arm in IDENTITY_ARMS if todo[arm.name, runner]]
     workers = spawn(pairs, settings, "identity", DETERMINISTIC_ENV)
     first = (STOCK, Runner.V1)
     picked = threading.Event()

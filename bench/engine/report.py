@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from . import timing as timing_module
-from .arms import ARMS, CONTROLS, STOCK, GraphMode, Runner
+from .arms import ARMS, IDENTITY_ARMS, STOCK, GraphMode, Runner
 
 SHORT = 16
 
@@ -105,7 +105,7 @@ def compare(stock: dict[str, Any], other: dict[str, Any]) -> str:
 
 
 def identity_markdown(merged: dict[str, list[dict[str, Any]]]) -> str:
-    arms = [arm.name for arm in ARMS + CONTROLS if arm is not STOCK]
+    arms = [arm.name for arm in IDENTITY_ARMS if arm is not STOCK]
     lines = [
         "| runner | mode | stock (steps / decode steps) | " + " | ".join(arms) + " |",
         "| --- | --- | --- |" + " --- |" * len(arms),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -11,8 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from . import arms, model, report, session, timing, worker
-from .arms import ARMS, BY_NAME, CONTROLS, STOCK, GraphMode, Runner
+from . import arms, client, model, report, session, timing, worker
+from .arms import ARMS, BY_NAME, CONTROLS, IDENTITY_ARMS, STOCK, GraphMode, Runner
 from .client import Worker, WorkerError, sites_from_env
 
 
@@ -74,7 +75,7 @@ def test_init_weights_scale_and_seed() -> None:
 
 
 def test_arms() -> None:
-    assert ARMS[0] is STOCK and len(BY_NAME) == len(ARMS) + len(CONTROLS)
+    assert ARMS[0] is STOCK and len(BY_NAME) == len(IDENTITY_ARMS)
     assert all(control.control and control.copy is arms.Copy.STOCK for control in CONTROLS)
     eager = arms.engine_kwargs("/m", GraphMode.EAGER)
     graphs = arms.engine_kwargs("/m", GraphMode.PIECEWISE, seed=3)
@@ -86,6 +87,19 @@ def test_arms() -> None:
     }
     assert graphs["seed"] == 3 and graphs["cudagraph_capture_sizes"] == [1, 2, 4, 8]
     assert Runner.V2.env == {"VLLM_USE_V2_MODEL_RUNNER": "1"}
+
+
+def test_worker_environment_lets_the_arm_win() -> None:
+    """Every arm gets the shared settings, except where its own env says otherwise."""
+    common = dict(sites={"stock": "/s"}, gpu="1", cache_root=Path("/c"))
+    shared = arms.DETERMINISTIC_ENV
+    stock = client.environment(STOCK, Runner.V2, extra_env=shared, **common)
+    hashed = client.environment(BY_NAME["stock-hashseed"], Runner.V1, extra_env=shared, **common)
+    assert stock["PYTHONHASHSEED"] == "0" and hashed["PYTHONHASHSEED"] == "1"
+    assert stock["VLLM_USE_V2_MODEL_RUNNER"] == "1" and stock["CUDA_VISIBLE_DEVICES"] == "1"
+    assert stock["TORCHINDUCTOR_DETERMINISTIC"] == hashed["TORCHINDUCTOR_DETERMINISTIC"] == "1"
+    assert stock["VLLM_CACHE_ROOT"] == str(Path("/c/stock-v2-gpu1"))
+    assert stock["PYTHONPATH"].endswith(os.pathsep + "/s")
 
 
 def test_prompts_are_fixed_token_ids() -> None:
@@ -341,7 +355,7 @@ def test_identity_run_orders_resumes_and_respawns(
 
     settings = Settings(sites={}, gpus=("0",), out=tmp_path / "out")
     data = run(settings, spawn=spawn)
-    cells = {key(a.name, r, m) for a in ARMS + CONTROLS for r in Runner for m in MODES}
+    cells = {key(a.name, r, m) for a in IDENTITY_ARMS for r in Runner for m in MODES}
     assert set(data["records"]) == cells
     # The stock V1 eager engine starts before any other engine.
     assert log[0] == "stock/v1 start eager"

@@ -44,11 +44,13 @@ from .session import Settings, close_all, spawn_all, write_json
 
 @dataclass(frozen=True)
 class Plan:
-    # 12 rounds x 6 arms x 4 batch sizes: a sample took ~0.9 s on 2026-11-30
-    # (52 steps of ~3 ms, requests added and aborted, the replies), so ~4.5
-    # minutes per runner.
-    rounds: int = 12
-    steps: int = 48
+    # A sample of 48 + 4 steps took ~0.9 s on 2026-11-30 (steps of ~3 ms,
+    # requests added and aborted, the replies).  replay_s, the figure that
+    # resolves µs, is a median over the sample's steps of one graph's GPU
+    # time, so 24 steps do: 10 rounds x 6 arms x 4 batch sizes x ~0.5 s,
+    # ~2 minutes per runner.
+    rounds: int = 10
+    steps: int = 24
     warm: int = 4
     seed: int = 0
     batch_sizes: tuple[int, ...] = BATCH_SIZES

@@ -139,6 +139,14 @@ def slot_sums(net: Any) -> list[str]:
     return [] if total is None else [f"{int(v) & (2**64 - 1):016x}" for v in total.tolist()]
 
 
+def rng_offset(_net: Any = None) -> int:
+    """Where the default CUDA generator (the SR seeds' source) stands: two
+    processes that took the same draws report the same offset."""
+    import torch
+
+    return int(torch.cuda.default_generators[torch.cuda.current_device()].get_offset())
+
+
 def state_fingerprint(sums: list[str]) -> str:
     """One digest of every layer's sums."""
     return hashlib.sha256(bytes.fromhex("".join(sums))).hexdigest()
@@ -301,6 +309,7 @@ class Engine:
         decoded_steps: list[bool] = []
         layers: list[list[str]] = []
         slots: list[list[str]] = []
+        offsets = [engine.apply_model(rng_offset)[0]]
         step = 0
         while pending or engine.has_unfinished_requests():
             while pending and pending[0][0] <= step:
@@ -320,6 +329,7 @@ class Engine:
             if step < LAYER_STEPS:
                 layers.append(sums)
                 slots.append(engine.apply_model(slot_sums)[0])
+                offsets.append(engine.apply_model(rng_offset)[0])
             step += 1
             if step > 2000:
                 raise RuntimeError("the identity workload did not finish in 2000 steps")
@@ -333,6 +343,10 @@ class Engine:
             # first layer that differs says where in the forward they did.
             "layer_sums": layers,
             "slot_sums": slots,
+            # The generator's offset before the workload and after each of
+            # those steps: equal in two processes unless engine start (or a
+            # step) drew differently.
+            "rng_offsets": offsets,
             "state_sha256": engine.apply_model(state_sha256)[0],
             "tokens": {rid: list(c.token_ids) for rid, c in sorted(finals.items())},
             "logprobs": {rid: _logprobs(c) for rid, c in sorted(finals.items())},
