@@ -47,6 +47,8 @@ class Perturb(str, enum.Enum):
     ONE_SEED = "one-seed"
     # Another LLM(seed=...): every draw of the default generator moves.
     GENERATOR_SEED = "generator-seed"
+    # No draw at all: every SR seed is one constant tensor (the timing's floor).
+    NO_DRAW = "no-draw"
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,9 @@ class Arm:
     what: str = ""
     # The microbenchmark's variant with this arm's seed path (bench/variants.py).
     microbench: str = "stock"
+    # A sync plan other than the drawer's default (designs.DEFAULT_SYNC_PLANS),
+    # set by the worker before the engine starts: plans have no env var.
+    sync_plan: str | None = None
 
 
 ON = {"VLLM_MAMBA_SR_SEED_PREFETCH": "1"}
@@ -82,6 +87,14 @@ ARMS: tuple[Arm, ...] = (
         {**ON, "VLLM_MAMBA_SR_SEED_DRAWER": "kernel"},
         what="reset design, one-kernel drawer (the default where it builds)",
         microbench="explicit-current_stream-kernel",
+    ),
+    Arm(
+        "reset-kernel-single",
+        Copy.RESET,
+        {**ON, "VLLM_MAMBA_SR_SEED_DRAWER": "kernel"},
+        what="reset design, one-kernel drawer on a side stream (single sync plan)",
+        microbench="explicit-single-kernel",
+        sync_plan="single",
     ),
     Arm(
         "reset-randint",
@@ -114,20 +127,20 @@ CONTROLS: tuple[Arm, ...] = (
         what="stock, LLM(seed=1) instead of 0",
     ),
 )
-# Run by the identity check and shown in its table, asserted by no test: a
-# cause of the compiled cells' per-process bits put to the test
-# (DETERMINISTIC_ENV below).  Stock under another Python hash seed.
-DIAGNOSTICS: tuple[Arm, ...] = (
-    Arm(
-        "stock-hashseed",
-        Copy.STOCK,
-        {"PYTHONHASHSEED": "1"},
-        what="stock, PYTHONHASHSEED=1 instead of 0",
-    ),
+# The timing's floor: what a step costs with no seed drawn at all, so that
+# an arm's saving reads as a share of what the draws cost ("recovered").  Its
+# seeds are wrong, so the identity check does not run it.
+FLOOR = Arm(
+    "floor",
+    Copy.STOCK,
+    perturb=Perturb.NO_DRAW,
+    what="stock, every SR seed one constant tensor: no draws",
+    microbench="floor",
 )
+TIMING_ARMS = (*ARMS, FLOOR)
 # Every arm the identity check runs, in its table's order.
-IDENTITY_ARMS = ARMS + CONTROLS + DIAGNOSTICS
-BY_NAME = {arm.name: arm for arm in IDENTITY_ARMS}
+IDENTITY_ARMS = ARMS + CONTROLS
+BY_NAME = {arm.name: arm for arm in (*IDENTITY_ARMS, FLOOR)}
 
 # What two processes of the same code need to compute the same bits, as far
 # as it is known.  On 2026-11-30 (H200 x2), first run, 14 engines started side
@@ -143,13 +156,15 @@ BY_NAME = {arm.name: arm for arm in IDENTITY_ARMS}
 # compiled cell each process still computes its own bits from step 0, stock
 # against stock included (bench/results/engine-nvidia-h200x2-20261130b.md).
 # That cause is not found yet; the identity test skips such cells as
-# inconclusive and fails their positive control.  It is not the seeds: the
-# eager controls show that step 0 (a prefill) draws none, yet there the
-# compiled cells already differ, so the compiled code computes differently
-# per process.  Suspect: Python's per-process string hashing (set and dict
-# orders in vLLM's and Inductor's compile passes, so fusion and codegen that
-# can differ per process); hence PYTHONHASHSEED, and the stock-hashseed
-# diagnostic arm, which shows whether it matters.
+# inconclusive and fails their positive control.  Third run (same day,
+# bench/results/engine-nvidia-h200x2-20261130c.md): not the seeds (the
+# generator stood at the same offset in every process before the workload
+# and after each of its first steps, and step 0, a prefill, draws none),
+# and not Python's string hashing (PYTHONHASHSEED=0 in every engine did not
+# help; a stock engine under PYTHONHASHSEED=1 differed no more than stock
+# again).  Layer 0 already differs after step 0, and some pairs of engines
+# agree: a few choices made per process, as kernels picked by timing side by
+# side make.  identity.py now lets stock lead every mode (`_leaders`).
 DETERMINISTIC_ENV = {
     "TRITON_CACHE_AUTOTUNING": "1",
     "TORCHINDUCTOR_DETERMINISTIC": "1",

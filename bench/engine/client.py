@@ -43,8 +43,8 @@ def environment(
     extra_env: dict[str, str] | None = None,
 ) -> dict[str, str]:
     """A worker process's environment: this one's, then extra_env (settings
-    every arm shares), the runner's, the arm's own (which wins: the
-    stock-hashseed arm's PYTHONHASHSEED), and what the worker must have."""
+    every arm shares), the runner's, the arm's own (which wins), and what
+    the worker must have."""
     if arm.copy.value not in sites:
         raise ValueError(f"{SITES_ENV} names no vLLM for the {arm.copy.value!r} copy")
     env = dict(os.environ)

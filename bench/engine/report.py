@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from . import timing as timing_module
-from .arms import ARMS, IDENTITY_ARMS, STOCK, GraphMode, Runner
+from .arms import IDENTITY_ARMS, STOCK, TIMING_ARMS, GraphMode, Runner
 
 SHORT = 16
 
@@ -38,7 +38,8 @@ def compact_record(record: dict[str, Any]) -> dict[str, Any]:
         "start_s": round(record.get("start_s", 0.0), 1),
         "fingerprints": [f[:SHORT] for f in record["fingerprints"]],
         "layer_sums": [[x[:SHORT] for x in step] for step in record.get("layer_sums", [])],
-        "slot_sums": record.get("slot_sums", []),
+        "slot_sums": [[x[:8] for x in step] for step in record.get("slot_sums", [])],
+        "rng_offsets": record.get("rng_offsets"),
         "state_sha256": record["state_sha256"],
         "tokens_sha256": _sha(record["tokens"]),
         "logprobs_sha256": _sha(record["logprobs"]),
@@ -106,6 +107,8 @@ def compare(stock: dict[str, Any], other: dict[str, Any]) -> str:
 
 def identity_markdown(merged: dict[str, list[dict[str, Any]]]) -> str:
     arms = [arm.name for arm in IDENTITY_ARMS if arm is not STOCK]
+    # Arms a run had that today's list does not (a diagnostic arm of the time).
+    arms += sorted({cell.split("/")[0] for cell in merged} - {STOCK.name, *arms})
     lines = [
         "| runner | mode | stock (steps / decode steps) | " + " | ".join(arms) + " |",
         "| --- | --- | --- |" + " --- |" * len(arms),
@@ -143,6 +146,15 @@ def _interval(values: list[float] | None) -> str:
     return "n/a" if not values else f"[{values[0]:.0f}, {values[1]:.0f}]"
 
 
+def _share(row: dict[str, Any]) -> str:
+    """An arm's recovered share of the draws' cost, where the floor arm ran."""
+    share = row.get("recovered")
+    if share is None:
+        return "-"
+    interval = row.get("recovered_ci95")
+    return f"{share:.2f}" + (f" [{interval[0]:.2f}, {interval[1]:.2f}]" if interval else "")
+
+
 def predictions(summary: list[dict[str, Any]]) -> dict[tuple[str, int], float]:
     """(arm, batch size) -> µs per step the microbenchmark says the arm saves
     against stock under a FULL graph: its variant's median below stock's."""
@@ -153,7 +165,7 @@ def predictions(summary: list[dict[str, Any]]) -> dict[tuple[str, int], float]:
     }
     return {
         (arm.name, bs): medians["stock", bs] - medians[arm.microbench, bs]
-        for arm in ARMS
+        for arm in TIMING_ARMS
         for (variant, bs) in medians
         if variant == "stock" and (arm.microbench, bs) in medians
     }
@@ -167,15 +179,17 @@ def timing_markdown(
     for runner, result in timing["runners"].items():
         summary = result["summary"]
         figures = summary if "step" in summary else {"step": summary}
-        for figure, per_bs in figures.items():
+        # The GPU's own figure first: it is the one that resolves µs.
+        order = sorted(figures, key=lambda name: (name != "replay", name))
+        for figure, per_bs in ((name, figures[name]) for name in order):
             if not any(per_bs.values()):
                 continue  # a figure no sample has (replay_s before it was measured)
             out.append(f"\n**{runner}, {figure}** (µs)\n")
             out.append(
                 "| BS | arm | n | median [95% CI] | IQR | saved vs stock [95% CI] | ratio "
-                "| microbench predicts saved |"
+                "| recovered [95% CI] | microbench predicts saved |"
             )
-            out.append("| --- | --- | --- | --- | --- | --- | --- | --- |")
+            out.append("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
             for bs, rows in per_bs.items():
                 for arm, row in rows.items():
                     saved = (
@@ -188,7 +202,7 @@ def timing_markdown(
                         f"| {bs} | {arm} | {row['samples']} | {row['median_us']:.0f} "
                         f"{_interval(row.get('median_ci95_us'))} | "
                         f"{'n/a' if not iqr else f'{iqr[1] - iqr[0]:.0f}'} | {saved} | "
-                        f"{row.get('ratio_to_stock', 1.0):.3f} | "
+                        f"{row.get('ratio_to_stock', 1.0):.3f} | {_share(row)} | "
                         f"{_predicted(predicted, arm, bs)} |"
                     )
     return "\n".join(out) + "\n"
@@ -204,6 +218,17 @@ def from_partials(specs: Sequence[str]) -> dict[str, Any]:
         samples = {int(bs): per_arm for bs, per_arm in json.loads(Path(path).read_text()).items()}
         runners[runner] = {**timing_module.runner_result(samples, runner), "partial": True}
     return {"runners": runners, "partial": True}
+
+
+def _one_cell_per_line(compact: dict[str, Any]) -> str:
+    """The compact identity JSON, one cell's records per line (indenting every
+    per-slot sum would triple the file)."""
+    cells = ",\n".join(
+        f"  {json.dumps(cell)}: {json.dumps(runs, sort_keys=True, separators=(',', ':'))}"
+        for cell, runs in sorted(compact["records"].items())
+    )
+    engagement = json.dumps(compact["engagement"], indent=1, sort_keys=True)
+    return f'{{\n "engagement": {engagement},\n "records": {{\n{cells}\n }}\n}}\n'
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -233,9 +258,7 @@ def main(argv: list[str] | None = None) -> int:
         compact = {"records": merged, "engagement": {}}
         for run in runs:
             compact["engagement"].update(run.get("engagement", {}))
-        args.prefix.with_suffix(".identity.json").write_text(
-            json.dumps(compact, indent=1, sort_keys=True) + "\n"
-        )
+        args.prefix.with_suffix(".identity.json").write_text(_one_cell_per_line(compact))
         parts.append("## Identity to stock\n\n" + identity_markdown(merged))
     if args.timing or args.partial:
         timing = json.loads(args.timing.read_text()) if args.timing else from_partials(args.partial)

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from . import arms, client, model, report, session, timing, worker
-from .arms import ARMS, BY_NAME, CONTROLS, IDENTITY_ARMS, STOCK, GraphMode, Runner
+from .arms import ARMS, BY_NAME, CONTROLS, IDENTITY_ARMS, STOCK, TIMING_ARMS, GraphMode, Runner
 from .client import Worker, WorkerError, sites_from_env
 
 
@@ -75,7 +75,7 @@ def test_init_weights_scale_and_seed() -> None:
 
 
 def test_arms() -> None:
-    assert ARMS[0] is STOCK and len(BY_NAME) == len(IDENTITY_ARMS)
+    assert ARMS[0] is STOCK and len(BY_NAME) == len(IDENTITY_ARMS) + 1  # + the floor
     assert all(control.control and control.copy is arms.Copy.STOCK for control in CONTROLS)
     eager = arms.engine_kwargs("/m", GraphMode.EAGER)
     graphs = arms.engine_kwargs("/m", GraphMode.PIECEWISE, seed=3)
@@ -94,7 +94,8 @@ def test_worker_environment_lets_the_arm_win() -> None:
     common = dict(sites={"stock": "/s"}, gpu="1", cache_root=Path("/c"))
     shared = arms.DETERMINISTIC_ENV
     stock = client.environment(STOCK, Runner.V2, extra_env=shared, **common)
-    hashed = client.environment(BY_NAME["stock-hashseed"], Runner.V1, extra_env=shared, **common)
+    own = arms.Arm("own", arms.Copy.STOCK, {"PYTHONHASHSEED": "1"})
+    hashed = client.environment(own, Runner.V1, extra_env=shared, **common)
     assert stock["PYTHONHASHSEED"] == "0" and hashed["PYTHONHASHSEED"] == "1"
     assert stock["VLLM_USE_V2_MODEL_RUNNER"] == "1" and stock["CUDA_VISIBLE_DEVICES"] == "1"
     assert stock["TORCHINDUCTOR_DETERMINISTIC"] == hashed["TORCHINDUCTOR_DETERMINISTIC"] == "1"
@@ -118,6 +119,23 @@ def test_one_seed_perturbation_hits_one_call_in_every_n() -> None:
     stock = [torch.randint(0, 2**32, (1,), generator=gen).item() for _ in range(8)]
     assert [d ^ s for d, s in zip(draws, stock, strict=True)] == [1, 0, 0, 0, 1, 0, 0, 0]
     assert fake.int64 is torch.int64
+
+
+def test_no_draw_hands_out_one_constant_seed() -> None:
+    fake = worker._NoDraw(torch)
+    first = fake.randint(0, 2**32, (1,), device="cpu")
+    assert fake.randint(0, 2**32, (1,), device="cpu") is first and first.tolist() == [0x5EED]
+    assert fake.int64 is torch.int64
+
+
+def test_every_arms_sync_plan_exists() -> None:
+    from runner_hooks.sync import resolve_sync_plan
+
+    plans = [arm.sync_plan for arm in BY_NAME.values() if arm.sync_plan is not None]
+    assert plans == ["single"]
+    for plan in plans:
+        resolve_sync_plan(plan)
+    assert BY_NAME["floor"] in TIMING_ARMS and BY_NAME["floor"] not in IDENTITY_ARMS
 
 
 def test_worker_protocol(tmp_path: Path) -> None:
@@ -190,6 +208,15 @@ def test_summary_reads_a_saving_off_paired_rounds() -> None:
     assert low == pytest.approx(100.0) and high == pytest.approx(100.0)
     assert rows["fast"]["ratio_to_stock"] == pytest.approx(0.9667, abs=1e-4)
     assert "saved_us" not in rows["stock"] and rows["stock"]["median_ci95_us"] is not None
+    floored = timing.summarize(
+        {"stock": stock, "fast": [s - 1e-4 for s in stock], "floor": [s - 2e-4 for s in stock]},
+        "stock",
+        "v1",
+        1,
+    )
+    assert floored["fast"]["recovered"] == pytest.approx(0.5)
+    assert floored["fast"]["recovered_ci95"] == pytest.approx([0.5, 0.5])
+    assert "recovered" not in floored["floor"] and "recovered" not in rows["fast"]
     few = timing.summarize({"stock": stock[:3], "fast": stock[:3]}, "stock", "v1", 1)
     assert few["fast"]["saved_ci95_us"] is None and few["fast"]["ratio_ci95"] is None
 
@@ -357,8 +384,19 @@ def test_identity_run_orders_resumes_and_respawns(
     data = run(settings, spawn=spawn)
     cells = {key(a.name, r, m) for a in IDENTITY_ARMS for r in Runner for m in MODES}
     assert set(data["records"]) == cells
-    # The stock V1 eager engine starts before any other engine.
+    # Stock leads every mode: its V1 engine of a mode gives its record before
+    # any other engine of that mode starts, and its V2 engine before V2's arms.
     assert log[0] == "stock/v1 start eager"
+
+    def recorded(name: str, mode: GraphMode) -> int:
+        started = log.index(f"{name} start {mode.value}")
+        return log.index(f"{name} identity", started)
+
+    for mode in MODES:
+        starts = {line.split()[0]: i for i, line in enumerate(log) if line.endswith(mode.value)}
+        assert all(i > recorded("stock/v1", mode) for n, i in starts.items() if n != "stock/v1")
+        v2_arms = [i for n, i in starts.items() if n.endswith("/v2") and n != "stock/v2"]
+        assert v2_arms and all(i > recorded("stock/v2", mode) for i in v2_arms), (mode, log)
     # A recorded cell is kept, not run again; a cell that failed before runs again.
     assert data["records"][done]["fingerprints"] == ["z" * 64]
     assert "forward-context/v2 start eager" not in log
@@ -404,12 +442,12 @@ def test_timing_run_measures_runners_in_turn(tmp_path: Path) -> None:
     assert decodes, log
     first_v2 = next(i for i, name in enumerate(decodes) if name.endswith("/v2"))
     assert all(name.endswith("/v1") for name in decodes[:first_v2]), "runners overlapped"
-    assert len(decodes) == 2 * plan.rounds * len(plan.batch_sizes) * (len(ARMS) - 1)
+    assert len(decodes) == 2 * plan.rounds * len(plan.batch_sizes) * (len(TIMING_ARMS) - 1)
     row = data["runners"]["v2"]["summary"]["forward"]["8"]["reset-kernel"]
     assert row["saved_us"] == pytest.approx(100.0) and row["samples"] == 10
     assert "forward-context" not in data["runners"]["v1"]["summary"]["step"]["1"]
     assert json.loads((tmp_path / "timing.json").read_text())["plan"]["rounds"] == 10
-    assert set(workers) == {(a.name, r.value) for a in ARMS for r in Runner}
+    assert set(workers) == {(a.name, r.value) for a in TIMING_ARMS for r in Runner}
 
 
 def test_microbench_predictions_follow_each_arms_variant() -> None:
@@ -466,3 +504,16 @@ def test_an_unknown_runner_is_refused(bad: str, monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setenv(session.RUNNERS_ENV, bad)
     with pytest.raises(ValueError, match="SR_ENGINE_RUNNERS takes"):
         session.runners_from_env()
+
+
+def test_the_fork_script_checks_every_file_the_patch_changes() -> None:
+    """patched_installed.sh hashes the installed files before apply and after
+    revert: every file the patch edits must be among them."""
+    import re
+
+    from vllm_patch.targets import PATHS
+
+    script = Path(__file__).resolve().parents[2] / "tests" / "gpu" / "vllm" / "patched_installed.sh"
+    listed = re.search(r"^files=\(([^)]*)\)", script.read_text(), re.MULTILINE)
+    assert listed is not None
+    assert set(listed.group(1).split()) == set(PATHS)

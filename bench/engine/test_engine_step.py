@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from .arms import ARMS, Runner
+from .arms import TIMING_ARMS, Runner
 from .session import SKIP_REASON, Settings, close_all
 from .timing import FIGURES, Plan, run
 
@@ -46,7 +46,7 @@ def timing() -> Iterator[dict[str, Any]]:
 
 @pytest.mark.parametrize("bs", Plan.batch_sizes)
 @pytest.mark.parametrize("runner", list(Runner), ids=lambda r: r.value)
-@pytest.mark.parametrize("arm", [arm.name for arm in ARMS])
+@pytest.mark.parametrize("arm", [arm.name for arm in TIMING_ARMS])
 def test_decode_step(benchmark, timing, arm: str, runner: Runner, bs: int) -> None:
     if runner.value not in timing["runners"]:
         pytest.skip(f"{runner.value} not measured in this run (SR_ENGINE_RUNNERS)")

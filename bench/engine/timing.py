@@ -18,7 +18,8 @@ On 2026-11-30 (H200 x2) step_s had IQRs of 190-1250 µs at 3.1-4.1 ms per
 step with both runners measured at once; measured one after the other,
 forward_s still had IQRs of 550-1150 µs at 2.3-3.1 ms (a host-bound step:
 the GPU waits on the host inside execute_model, so its span is host time).
-Both are far above the ~70 µs at stake. Hence replay_s. The engines run with
+Both are far above the ~70 µs at stake. Hence replay_s: in the third run
+its IQRs were 2-29 µs (bench/results/engine-nvidia-h200x2-20261130c.md). The engines run with
 arms.DETERMINISTIC_ENV, as the identity check's do: every arm then runs the
 same compiled kernels, so a difference between arms is not a different
 autotuning pick. Each round takes one sample of every (arm, batch size) of
@@ -38,7 +39,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import stats
-from .arms import ARMS, BATCH_SIZES, DETERMINISTIC_ENV, STOCK, GraphMode, Runner
+from .arms import BATCH_SIZES, DETERMINISTIC_ENV, FLOOR, STOCK, TIMING_ARMS, GraphMode, Runner
 from .session import Settings, close_all, spawn_all, write_json
 
 
@@ -93,6 +94,10 @@ def _ratio(stock: float, arm: float) -> float:
     return arm / stock
 
 
+def _recovered(stock: float, arm: float, floor: float) -> float | None:
+    return None if stock <= floor else (stock - arm) / (stock - floor)
+
+
 def _us(interval: stats.Interval | None) -> list[float] | None:
     return None if interval is None else [round(v * 1e6, 2) for v in interval]
 
@@ -101,7 +106,9 @@ def summarize(
     samples: Mapping[str, Sequence[float]], stock: str, runner: str, bs: int
 ) -> dict[str, dict]:
     """Per arm: median µs per step, its 95% CI and IQR; the µs saved against
-    stock and the ratio to stock, with paired 95% intervals."""
+    stock and the ratio to stock, with paired 95% intervals; where the floor
+    arm ran, the share of the draws' cost (stock - floor) the arm saves
+    ("recovered"), with its paired interval."""
     present = {arm: list(values) for arm, values in samples.items() if values}
     boot = stats.bootstrap_medians(
         present, rng=stats.seeded_rng(stats.BOOTSTRAP_SEED, "engine", runner, bs)
@@ -130,6 +137,15 @@ def summarize(
                 if enough and (ratio := stats.interval_of([boot[stock], boot[arm]], _ratio))
                 else None
             )
+            if FLOOR.name in present and arm != FLOOR.name:
+                cost = base - statistics.median(present[FLOOR.name])
+                row["recovered"] = round((base - median) / cost, 4) if cost > 0 else None
+                share = (
+                    stats.interval_of([boot[stock], boot[arm], boot[FLOOR.name]], _recovered)
+                    if enough
+                    else None
+                )
+                row["recovered_ci95"] = None if not share else [round(v, 4) for v in share]
         rows[arm] = row
     return rows
 
@@ -157,7 +173,7 @@ def run(
     """Starts a FULL_AND_PIECEWISE engine per (arm, runner), measures the
     runners one after the other, writes settings.out / "timing.json"; returns
     its data and the workers (still running: the caller closes them)."""
-    pairs = [(arm, runner) for runner in settings.runners for arm in ARMS]
+    pairs = [(arm, runner) for runner in settings.runners for arm in TIMING_ARMS]
     # As the identity check runs them: the same compiled code in every arm
     # (no config picked by timing under load), and its compile cache reused.
     workers = spawn(pairs, settings, "timing", DETERMINISTIC_ENV)
@@ -165,7 +181,7 @@ def run(
 
     def started(runner: Runner) -> dict[str, Any]:
         ready = {}
-        for arm in ARMS:
+        for arm in TIMING_ARMS:
             worker = workers[arm.name, runner.value]
             try:
                 if isinstance(worker, Exception):

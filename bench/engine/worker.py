@@ -70,11 +70,46 @@ class _OneSeedPerturbed:
         return getattr(self._torch, name)
 
 
-def _perturb_one_seed(every: int) -> None:
+class _NoDraw:
+    """Stands in for ssu_dispatch's `torch`: randint returns one constant
+    tensor per device, made at its first call (a profile or warm-up forward,
+    before any capture), so no seed kernel runs at all."""
+
+    def __init__(self, torch_module: Any) -> None:
+        self._torch = torch_module
+        self._seeds: dict[Any, Any] = {}
+
+    def randint(self, low: int, high: int, size: Any, **kwargs: Any) -> Any:
+        device = kwargs.get("device")
+        if device not in self._seeds:
+            self._seeds[device] = self._torch.full(
+                size, 0x5EED, dtype=kwargs.get("dtype", self._torch.int64), device=device
+            )
+        return self._seeds[device]
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._torch, name)
+
+
+def _replace_ssu_torch(perturb: Perturb, every: int) -> None:
     import torch
     from vllm.model_executor.layers.mamba.ops import ssu_dispatch
 
-    ssu_dispatch.torch = _OneSeedPerturbed(torch, every)
+    if perturb is Perturb.ONE_SEED:
+        ssu_dispatch.torch = _OneSeedPerturbed(torch, every)
+    elif perturb is Perturb.NO_DRAW:
+        ssu_dispatch.torch = _NoDraw(torch)
+
+
+def _set_sync_plan(plan: str) -> None:
+    """Every drawer's default sync plan in the patched vLLM's vendored copy:
+    the plan an arm measures (the patch has no setting for it)."""
+    from vllm.model_executor.layers.mamba.ops.sr_seed_prefetch import designs, sync
+
+    sync.resolve_sync_plan(plan)  # an unknown name fails here, not in the engine
+    for drawer in designs.DEFAULT_SYNC_PLANS:
+        designs.DEFAULT_SYNC_PLANS[drawer] = plan
+    designs.FALLBACK_SYNC_PLAN = plan
 
 
 def _ssm_states(net: Any) -> list[Any]:
@@ -255,8 +290,10 @@ class Engine:
         self.spans: ForwardSpans | None = None
         self.replays: ReplaySpans | None = None
         self.config = model.rank_config()
-        if arm.perturb is Perturb.ONE_SEED:
-            _perturb_one_seed(model.mamba2_layers(self.config))
+        if arm.perturb in (Perturb.ONE_SEED, Perturb.NO_DRAW):
+            _replace_ssu_torch(arm.perturb, model.mamba2_layers(self.config))
+        if arm.sync_plan is not None:
+            _set_sync_plan(arm.sync_plan)
 
     def start(self, mode: str) -> dict:
         from vllm import LLM
