@@ -64,8 +64,10 @@ _TEMPLATE = '''\
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM project
 """VLLM_MAMBA_SR_SEED_PREFETCH: the seeds the FlashInfer and Triton SSU
 backends hand their kernels equal stock's torch.randint draws, eagerly, beyond
-N calls, over CUDA graph replays, and outside a forward."""
+N calls, over CUDA graph replays, and outside a forward; on Blackwell, the
+Triton kernel's fp16 states equal stock's bit for bit."""
 
+import contextlib
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any
@@ -272,6 +274,94 @@ def test_fallback_outside_a_forward(harness: SSUHarness) -> None:
     harness.run_layers(NUM_LAYERS)
     assert harness.seed_values() == stock
     assert harness.taken == [False] * NUM_LAYERS
+
+
+BLACKWELL = current_platform.is_cuda() and current_platform.is_device_capability_family(
+    100
+)
+
+
+@pytest.mark.skipif(
+    not BLACKWELL,
+    reason="the Triton SSU rounds stochastically with cvt.rs, which only "
+    "Blackwell (compute capability 10.x) has",
+)
+def test_triton_fp16_state_matches_stock(
+    monkeypatch: pytest.MonkeyPatch, open_forward: OpenForward
+) -> None:
+    """The real Triton kernel: NUM_LAYERS calls' fp16 states with prefetched
+    seeds equal stock's bit for bit; stock under another generator seed does
+    not (the check can fail)."""
+    monkeypatch.setenv("VLLM_MAMBA_SR_SEED_PREFETCH", "1")
+    monkeypatch.setattr(ssu_dispatch, "_mamba_ssu_backend", None)
+    monkeypatch.setattr(ssu_dispatch, "_sr_seed_prefetcher", None)
+    ssu_dispatch.initialize_mamba_ssu_backend(
+        MambaConfig(
+            backend=MambaBackendEnum.TRITON,
+            enable_stochastic_rounding=True,
+            stochastic_rounding_philox_rounds=5,
+        ),
+        _kv_cache_config(NUM_LAYERS),
+    )
+    prefetcher = ssu_dispatch._sr_seed_prefetcher
+    assert prefetcher is not None, "the prefetcher did not engage"
+    backend = ssu_dispatch.get_mamba_ssu_backend()
+    gen = torch.Generator(device="cuda").manual_seed(7)
+
+    def randn(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=gen, device="cuda")
+
+    # Per layer: batch 2, 4 heads x 16 x 32 state, 1 group.
+    layers = [
+        dict(
+            state=randn(2, 4, 16, 32).half(),
+            x=randn(2, 4, 16),
+            dt=randn(2, 4, 16),
+            A=-randn(4, 16, 32).abs(),
+            B=randn(2, 1, 32),
+            C=randn(2, 1, 32),
+            D=randn(4, 16),
+            dt_bias=randn(4, 16),
+        )
+        for _ in range(NUM_LAYERS)
+    ]
+
+    def states(prefetched: bool, generator_seed: int) -> list[torch.Tensor]:
+        monkeypatch.setattr(
+            ssu_dispatch, "_sr_seed_prefetcher", prefetcher if prefetched else None
+        )
+        results = []
+        torch.cuda.manual_seed(generator_seed)
+        with open_forward() if prefetched else contextlib.nullcontext():
+            for layer in layers:
+                state = layer["state"].clone()
+                out = torch.empty_like(layer["x"])
+                backend(
+                    state,
+                    layer["x"],
+                    layer["dt"],
+                    layer["A"],
+                    layer["B"],
+                    layer["C"],
+                    layer["D"],
+                    layer["dt_bias"],
+                    dt_softplus=True,
+                    out=out,
+                    is_blackwell=True,
+                )
+                results.append(state)
+        torch.cuda.synchronize()
+        return results
+
+    stock = states(prefetched=False, generator_seed=SEED)
+    prefetched = states(prefetched=True, generator_seed=SEED)
+    other = states(prefetched=False, generator_seed=SEED + 1)
+    for layer, (want, got) in enumerate(zip(stock, prefetched, strict=True)):
+        assert torch.equal(got.view(torch.int16), want.view(torch.int16)), layer
+    assert not any(
+        torch.equal(o.view(torch.int16), w.view(torch.int16))
+        for o, w in zip(other, stock, strict=True)
+    )
 '''
 
 

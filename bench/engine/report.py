@@ -37,6 +37,7 @@ def compact_record(record: dict[str, Any]) -> dict[str, Any]:
         "decode_steps": record["decode_steps"],
         "start_s": round(record.get("start_s", 0.0), 1),
         "fingerprints": [f[:SHORT] for f in record["fingerprints"]],
+        "decoded": record.get("decoded"),
         "layer_sums": [[x[:SHORT] for x in step] for step in record.get("layer_sums", [])],
         "slot_sums": [[x[:8] for x in step] for step in record.get("slot_sums", [])],
         "rng_offsets": record.get("rng_offsets"),

@@ -94,6 +94,8 @@ def spawn_all(
         except Exception as error:
             return error
 
+    if not pairs:
+        return {}  # a resumed identity run with every cell recorded
     with ThreadPoolExecutor(max_workers=len(pairs)) as pool:
         spawned = list(pool.map(spawn, pairs))
     return {(arm.name, runner.value): w for (arm, runner), w in zip(pairs, spawned, strict=False)}

@@ -517,3 +517,48 @@ def test_the_fork_script_checks_every_file_the_patch_changes() -> None:
     listed = re.search(r"^files=\(([^)]*)\)", script.read_text(), re.MULTILINE)
     assert listed is not None
     assert set(listed.group(1).split()) == set(PATHS)
+
+
+LATEST_RUN = "bench/results/engine-nvidia-h200x2-20261130c"
+"""The engine run the READMEs quote."""
+
+
+def test_the_latest_engine_run_reads_as_the_readmes_say() -> None:
+    """The identity test itself, judging the committed records of LATEST_RUN
+    (SR_ENGINE_RECORDS): eager identical for every arm and both runners, both
+    negative controls caught, the engagement lines right, and the compiled
+    cells inconclusive (their positive control fails)."""
+    root = Path(__file__).resolve().parents[2]
+    for readme in ("README.md", "bench/README.md"):
+        assert f"{LATEST_RUN}.md" in (root / readme).read_text(), readme
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-rA",
+            "-p",
+            "no:cacheprovider",
+            "tests/gpu/vllm/test_engine_identity.py",
+        ],
+        cwd=root,
+        env={**os.environ, "SR_ENGINE_RECORDS": f"{LATEST_RUN}.identity.json"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    verdicts = {
+        line.split()[1].split("::")[1]: line.split()[0]
+        for line in done.stdout.splitlines()
+        if line.startswith(("PASSED ", "FAILED ", "ERROR "))
+    }
+    eager = {test: v for test, v in verdicts.items() if "-eager]" in test}
+    assert len(eager) == 14 and set(eager.values()) == {"PASSED"}, eager
+    assert verdicts["test_engagement_line[v1]"] == verdicts["test_engagement_line[v2]"] == "PASSED"
+    failed = sorted(test for test, v in verdicts.items() if v != "PASSED")
+    assert failed == [
+        f"test_stock_is_reproducible[{runner}-{mode}]"
+        for runner in ("v1", "v2")
+        for mode in ("FULL_AND_PIECEWISE", "PIECEWISE")
+    ], done.stdout[-3000:]

@@ -10,7 +10,7 @@ import torch
 
 
 @pytest.fixture(autouse=True)
-def no_graph_freed_during_a_capture(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+def no_graph_freed_during_a_capture() -> Iterator[None]:
     """Dead CUDA graphs are freed before a capture, never during one.
 
     torch no longer collects garbage as a capture begins
@@ -23,6 +23,6 @@ def no_graph_freed_during_a_capture(monkeypatch: pytest.MonkeyPatch) -> Iterator
     (2026-11-30) one such collection failed 69 tests after it. So collect as
     each capture begins, as torch used to, and after each test.
     """
-    monkeypatch.setattr(torch.compiler.config, "force_cudagraph_gc", True)
-    yield
+    with torch.compiler.config.patch(force_cudagraph_gc=True):
+        yield
     gc.collect()

@@ -3,7 +3,9 @@
 # decode step time.  From the repo root, after vLLM 0.26.0 is staged into /tmp/site
 # (../shared/gpu/vllm-0.26/README.md: stage.sh 2, then `source .e2e/s2/stage.sh env`):
 #   bash tests/gpu/vllm/engine.sh fork identity timing pack
-# Each step is optional and runs in the order given:
+# Each step is optional and runs in the order given (with none, the script only makes
+# the patched copies: run it so first when two invocations run side by side, e.g.
+# `fork` in the background beside `identity`):
 #   fork      tests/gpu/vllm/patched_installed.sh on a copy of /tmp/site (apply --installed,
 #             the fork's test per design, revert byte for byte)
 #   identity  tests/gpu/vllm/test_engine_identity.py (every arm x runner x graph mode)

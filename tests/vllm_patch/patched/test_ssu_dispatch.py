@@ -413,5 +413,12 @@ def test_the_forks_test_file_collects_and_skips_without_a_device() -> None:
     failures = [str(report.longrepr) for report in collected.reports if report.failed]
     assert exit_code == pytest.ExitCode.OK, "\n".join(failures)
     reasons = [str(report.longrepr) for report in collected.reports if report.skipped]
-    assert len(reasons) == 8, reasons  # 4 tests x 2 SSU backends
-    assert all("seed prefetching needs a CUDA device" in reason for reason in reasons), reasons
+    # 4 tests x 2 SSU backends, and the Triton kernel's state on Blackwell.
+    assert len(reasons) == 9, reasons
+    blackwell = [reason for reason in reasons if "only Blackwell" in reason]
+    assert len(blackwell) <= 1, reasons
+    assert all(
+        "seed prefetching needs a CUDA device" in reason
+        for reason in reasons
+        if reason not in blackwell
+    ), reasons
