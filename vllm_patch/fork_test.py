@@ -63,9 +63,10 @@ _TEMPLATE = '''\
 # SPDX-License-Identifier: Apache-2.0
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM project
 """VLLM_MAMBA_SR_SEED_PREFETCH: the seeds the FlashInfer and Triton SSU
-backends hand their kernels equal stock's torch.randint draws, eagerly, beyond
-N calls, over CUDA graph replays, and outside a forward; on Blackwell, the
-Triton kernel's fp16 states equal stock's bit for bit."""
+backends and FlashInfer's ReplaySSM hand their kernels equal stock's
+torch.randint draws, eagerly, beyond N calls, over CUDA graph replays, and
+outside a forward; on Blackwell, the Triton kernel's fp16 states equal stock's
+bit for bit."""
 
 import contextlib
 from collections.abc import Callable
@@ -111,12 +112,22 @@ class SSUHarness:
     (FlashInfer's kernel; for Triton, the Triton kernel that stock's
     selective_state_update launches, after its own seed handling)."""
 
-    def __init__(self, backend: ssu_dispatch.MambaSSUBackend) -> None:
+    def __init__(self, backend: ssu_dispatch.MambaSSUBackend, replayssm: bool) -> None:
         self.backend = backend
+        self.replayssm = replayssm
         self.seeds: list[torch.Tensor] = []
         self.taken: list[bool] = []
         self.work = torch.ones(64, 64, device="cuda")
-        if isinstance(backend, ssu_dispatch.FlashInferSSUBackend):
+        if replayssm:
+            # FlashInfer's ReplaySSM call as MambaMixer2 makes it: state, x, dt,
+            # A, B, C, out (x-shaped where it reshapes them), the ring buffers
+            # and trackers (left alone: update_trackers=False).
+            x, other = (
+                torch.zeros(1, 2, 4, device="cuda"),
+                torch.zeros(1, device="cuda"),
+            )
+            self.args = [other, x, x, other, x, x, x] + [other] * 6
+        elif isinstance(backend, ssu_dispatch.FlashInferSSUBackend):
             self.args = [torch.zeros(1, device="cuda")] * 8
         else:
             # What selective_state_update checks: 2 heads x 4 x 8 state, 1 group.
@@ -152,7 +163,15 @@ class SSUHarness:
     def run_layers(self, num_calls: int) -> None:
         for _ in range(num_calls):
             self.work = torch.tanh(self.work @ self.work)
-            if isinstance(self.backend, ssu_dispatch.FlashInferSSUBackend):
+            if self.replayssm:
+                ssu_dispatch.selective_state_update_replayssm_flashinfer(
+                    *self.args,
+                    logical_window=4,
+                    update_trackers=False,
+                    enable_stochastic_rounding=True,
+                    stochastic_rounding_philox_rounds=5,
+                )
+            elif isinstance(self.backend, ssu_dispatch.FlashInferSSUBackend):
                 self.backend(*self.args)
             else:
                 self.backend(*self.args, out=self.out)
@@ -178,10 +197,15 @@ class CountingPrefetcher:
         return getattr(self._prefetcher, name)
 
 
-@pytest.fixture(params=["flashinfer", "triton"])
+@pytest.fixture(params=["flashinfer", "triton", "flashinfer-replayssm"])
 def harness(
     monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
 ) -> SSUHarness:
+    replayssm = request.param == "flashinfer-replayssm"
+    if replayssm and not hasattr(
+        ssu_dispatch, "selective_state_update_replayssm_flashinfer"
+    ):
+        pytest.skip("this vLLM has no ReplaySSM (added in 0.30.0)")
     monkeypatch.setenv("VLLM_MAMBA_SR_SEED_PREFETCH", "1")
     monkeypatch.setattr(ssu_dispatch, "_mamba_ssu_backend", None)
     monkeypatch.setattr(ssu_dispatch, "_sr_seed_prefetcher", None)
@@ -196,18 +220,24 @@ def harness(
                 lambda family, device_id=0: family == 100,
             )
         mamba_config = MambaConfig(
-            backend=MambaBackendEnum(request.param),
+            backend=MambaBackendEnum(request.param.removesuffix("-replayssm")),
             enable_stochastic_rounding=True,
             stochastic_rounding_philox_rounds=5,
         )
         ssu_dispatch.initialize_mamba_ssu_backend(
-            mamba_config, _kv_cache_config(NUM_LAYERS)
+            mamba_config,
+            _kv_cache_config(NUM_LAYERS),
+            **({{"use_replayssm": True}} if replayssm else {{}}),
         )
     prefetcher = ssu_dispatch._sr_seed_prefetcher
     assert prefetcher is not None, "the prefetcher did not engage"
     backend = ssu_dispatch.get_mamba_ssu_backend()
-    harness = SSUHarness(backend)
-    if isinstance(backend, ssu_dispatch.FlashInferSSUBackend):
+    harness = SSUHarness(backend, replayssm)
+    if replayssm:
+        monkeypatch.setattr(
+            ssu_dispatch, "_flashinfer_replayssm_kernel", harness.kernel
+        )
+    elif isinstance(backend, ssu_dispatch.FlashInferSSUBackend):
         monkeypatch.setattr(backend, "_kernel", harness.kernel)
     else:
         # Stock's selective_state_update runs, its seed handling included; the

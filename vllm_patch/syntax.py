@@ -631,6 +631,28 @@ class AddImportedNames(Operation):
         raise SiteError(f"{self.why}: the import is not written as the patch writes it")
 
 
+@dataclass(frozen=True, kw_only=True)
+class OnlyWhere(Operation):
+    """`operation`, in a file where `holds` (read off the code: a release that has
+    the function it edits); elsewhere nothing.  Build it with `only_where`."""
+
+    operation: Operation
+    holds: Callable[[Source], bool]
+
+    def apply(self, source: Source) -> str:
+        return self.operation.apply(source) if self.holds(source) else source.text
+
+    def revert(self, source: Source) -> str:
+        return self.operation.revert(source) if self.holds(source) else source.text
+
+    def located(self, source: Source) -> str:
+        return self.operation.located(source) if self.holds(source) else "not in this release"
+
+
+def only_where(holds: Callable[[Source], bool], operation: Operation) -> OnlyWhere:
+    return OnlyWhere(why=operation.why, at=operation.at, operation=operation, holds=holds)
+
+
 # --- a file's operations, applied in order ---------------------------------------------
 
 

@@ -9,10 +9,10 @@ if TYPE_CHECKING:
     VLLM_MAMBA_SR_SEED_CHECK: bool = False
 
 environment_variables: dict[str, Callable[[], Any]] = {
-    # If set to 1, the FlashInfer and Triton Mamba SSU backends draw a
-    # forward's stochastic-rounding seeds up front instead of one
-    # torch.randint before every SSU call. The seeds are identical to stock.
-    # ReplaySSM keeps its per-call draw.
+    # If set to 1, the FlashInfer and Triton Mamba SSU backends, and
+    # FlashInfer's ReplaySSM, draw a forward's stochastic-rounding seeds up
+    # front instead of one torch.randint before every SSU call. The seeds are
+    # identical to stock. Triton's ReplaySSM keeps its per-call draw.
     # No effect without --enable-mamba-cache-stochastic-rounding.
     "VLLM_MAMBA_SR_SEED_PREFETCH": lambda: bool(
         int(os.getenv("VLLM_MAMBA_SR_SEED_PREFETCH", "0"))
@@ -20,7 +20,7 @@ environment_variables: dict[str, Callable[[], Any]] = {
     # How VLLM_MAMBA_SR_SEED_PREFETCH draws a forward's seeds: "kernel", all of
     # them in one launch of a small CUDA op built on first use; "randint", the
     # stock calls on a side stream; "auto", the kernel where it builds, else
-    # randint (the log says which, and why).
+    # none: every SSU call then draws as stock (the log says which, and why).
     "VLLM_MAMBA_SR_SEED_DRAWER": env_with_choices(
         "VLLM_MAMBA_SR_SEED_DRAWER", "auto", ["auto", "kernel", "randint"]
     ),

@@ -31,9 +31,10 @@ def _attach_sr_seed_prefetcher(
     prefetch = _sr_seed_prefetcher.prefetch
     logger.info_once(
         "Prefetching Mamba stochastic-rounding seeds for %d layers per forward "
-        "(forward-context design, %s SSU, %s).",
+        "(forward-context design, %s %s, %s).",
         num_layers,
         mamba_config.backend.value,
+        "ReplaySSM" if use_replayssm else "SSU",
         f"{prefetch.drawer.name} drawer, {prefetch.plan.name} sync plan"
         if prefetch is not None
         else f"inactive: {_sr_seed_prefetcher.inactive_reason}",

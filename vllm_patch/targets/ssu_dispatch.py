@@ -4,7 +4,8 @@ Both designs: `FlashInferSSUBackend.__call__` takes its seed from
 `_next_rand_seed` (the prefetched one, else stock's inline draw),
 `TritonSSUBackend.__call__` hands `_prefetched_sr_seed()` to
 `selective_state_update` (mamba_ssm.py, which draws as stock when it is None),
-and
+`selective_state_update_replayssm_flashinfer` (ReplaySSM, 0.30.0 on) takes
+`_prefetched_sr_seed()` and draws as stock only without one, and
 `initialize_mamba_ssu_backend` attaches a prefetcher where it applies.  The
 designs differ in the prefetcher they attach and in what the runners see: the
 reset design adds the relay and `batch_runs_mamba_ssu` for the runners.
@@ -23,9 +24,11 @@ from ..syntax import (
     Operation,
     ReplaceExpression,
     Source,
+    WrapInIf,
     imports_from,
     is_call,
     landing,
+    only_where,
     stdlib_import,
 )
 
@@ -64,13 +67,59 @@ def _mamba_types(source: Source) -> dict[str, str]:
     return {"MAMBA1_TYPE": source.segment(mamba1), "MAMBA2_TYPE": source.segment(mamba2)}
 
 
-def _replayssm_argument(source: Source) -> dict[str, str]:
-    """`use_replayssm` passed on where initialize_mamba_ssu_backend takes it (0.30.0 on)."""
+def _has_replayssm(source: Source) -> bool:
+    """Whether initialize_mamba_ssu_backend takes `use_replayssm` (0.30.0 on), which
+    comes with FlashInfer's ReplaySSM call, REPLAYSSM."""
     function = Find("", f"def {INIT}", lambda n: isinstance(n, ast.FunctionDef) and n.name == INIT)
     node = function.node(source)
     assert isinstance(node, ast.FunctionDef)
-    names = [a.arg for a in (*node.args.args, *node.args.kwonlyargs)]
-    return {"USE_REPLAYSSM": "use_replayssm" if "use_replayssm" in names else "False"}
+    return "use_replayssm" in [a.arg for a in (*node.args.args, *node.args.kwonlyargs)]
+
+
+def _replayssm_argument(source: Source) -> dict[str, str]:
+    """`use_replayssm` passed on where initialize_mamba_ssu_backend takes it (0.30.0 on)."""
+    return {"USE_REPLAYSSM": "use_replayssm" if _has_replayssm(source) else "False"}
+
+
+REPLAYSSM = "selective_state_update_replayssm_flashinfer"
+REPLAYSSM_DRAW = """
+rand_seed = (
+    torch.randint(0, 2**32, (1,), device=state.device, dtype=torch.int64)
+    if enable_stochastic_rounding
+    else None
+)
+"""
+"""Stock's draw in FlashInfer's ReplaySSM call, matched by its syntax."""
+_REPLAYSSM_DRAW_DUMP = ast.dump(ast.parse(REPLAYSSM_DRAW).body[0])
+
+
+def _replayssm_operations() -> list[Operation]:
+    """FlashInfer's ReplaySSM call takes the prefetched seed, else draws as stock:
+    where the release has it (a file without use_replayssm has no ReplaySSM)."""
+    draw = Find(
+        REPLAYSSM,
+        "statement `rand_seed = torch.randint(...) if enable_stochastic_rounding else None`",
+        lambda n: isinstance(n, ast.Assign) and ast.dump(n) == _REPLAYSSM_DRAW_DUMP,
+    )
+    return [
+        only_where(
+            _has_replayssm,
+            InsertStatements(
+                why=f"{REPLAYSSM} takes the prefetched seed",
+                at=draw,
+                code="rand_seed = _prefetched_sr_seed()\n",
+                after=False,
+            ),
+        ),
+        only_where(
+            _has_replayssm,
+            WrapInIf(
+                why=f"{REPLAYSSM} draws as stock only without one",
+                at=draw,
+                code="rand_seed is None",
+            ),
+        ),
+    ]
 
 
 def _import_line(code: str, why: str, anchor: str, after: bool) -> InsertStatements:
@@ -147,6 +196,7 @@ def _shared(design: Design) -> list[Operation]:
             names=_replayssm_argument,
             join_if_it_fits=True,
         ),
+        *_replayssm_operations(),
     ]
 
 

@@ -85,7 +85,7 @@ def test_it_engages_when_every_condition_holds_with_n_mamba2_layers(
 OFF_CASES = {
     "env_var_unset": "VLLM_MAMBA_SR_SEED_PREFETCH is not set",
     "stochastic_rounding_off": "stochastic rounding is off",
-    "replayssm": "ReplaySSM is on",
+    "replayssm": "ReplaySSM runs on the Triton backend",
     "not_cuda": "the platform is not CUDA",
     "mamba1_layers": "the model has Mamba-1 layers",
 }
@@ -102,6 +102,10 @@ def test_each_condition_turns_it_off(
     engaged: list[tuple[Any, ...]], case: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     config = mamba_config(enable_stochastic_rounding=case != "stochastic_rounding_off")
+    if case == "replayssm":
+        # FlashInfer's ReplaySSM takes prefetched seeds; Triton's draws its own.
+        _triton_stand_in(monkeypatch)
+        config = mamba_config(backend=MambaBackendEnum.TRITON)
     kv_config = kv_cache_config(mamba2=NUM_LAYERS, mamba1=2 if case == "mamba1_layers" else 0)
     if case == "env_var_unset":
         monkeypatch.delenv("VLLM_MAMBA_SR_SEED_PREFETCH")
@@ -242,6 +246,52 @@ def test_the_triton_backend_hands_its_kernel_the_prefetched_seed_or_none(
     call_ssu()
     assert recorded.calls[-1]["rand_seed"] is None
     assert recorded.calls[-1]["enable_stochastic_rounding"] is True
+
+
+def call_replayssm(enable_stochastic_rounding: bool = True) -> None:
+    """FlashInfer's ReplaySSM call as MambaMixer2 makes it, on small CPU tensors
+    (its kernel is the stand-in; the ring trackers are left alone)."""
+    x, other = torch.zeros(1, 2, 4), torch.zeros(1)
+    ssu_dispatch.selective_state_update_replayssm_flashinfer(
+        # state, x, dt, A, B, C, out, then the ring buffers and trackers
+        *(other, x, x, other, x, x, x),
+        *[other] * 6,
+        logical_window=4,
+        update_trackers=False,
+        enable_stochastic_rounding=enable_stochastic_rounding,
+        stochastic_rounding_philox_rounds=5,
+    )
+
+
+@since("0.30.0", "ReplaySSM")
+def test_flashinfer_replayssm_takes_the_prefetched_seed_or_draws_as_stock(
+    engaged: list[tuple[Any, ...]], kernel: KernelStandIn, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    logged: list[str] = []
+    monkeypatch.setattr(
+        ssu_dispatch.logger,
+        "info_once",
+        lambda msg, *args, **kw: logged.append(msg % args),
+    )
+    ssu_dispatch.initialize_mamba_ssu_backend(
+        mamba_config(), kv_cache_config(mamba2=NUM_LAYERS), use_replayssm=True
+    )
+    assert [args[:2] for args in engaged] == [(NUM_LAYERS, "cuda")]
+    assert [line for line in logged if "flashinfer ReplaySSM" in line], logged
+    prefetched = torch.tensor([7], dtype=torch.int64)
+    monkeypatch.setattr(ssu_dispatch, "_sr_seed_prefetcher", FixedPrefetcher(prefetched, None))
+    call_replayssm()
+    assert kernel.calls[-1]["rand_seed"] is prefetched
+    # None for this call (beyond N, outside a forward): stock's inline draw.
+    expected = stock_seed_after(11)
+    torch.manual_seed(11)
+    call_replayssm()
+    inline = kernel.calls[-1]["rand_seed"]
+    assert inline.dtype == torch.int64 and int(inline.item()) == expected
+    monkeypatch.setattr(ssu_dispatch, "_sr_seed_prefetcher", None)
+    call_replayssm(enable_stochastic_rounding=False)
+    assert kernel.calls[-1]["rand_seed"] is None
+    assert kernel.calls[-1]["philox_rounds"] == 5
 
 
 class LaunchStandIn:
@@ -413,8 +463,9 @@ def test_the_forks_test_file_collects_and_skips_without_a_device() -> None:
     failures = [str(report.longrepr) for report in collected.reports if report.failed]
     assert exit_code == pytest.ExitCode.OK, "\n".join(failures)
     reasons = [str(report.longrepr) for report in collected.reports if report.skipped]
-    # 4 tests x 2 SSU backends, and the Triton kernel's state on Blackwell.
-    assert len(reasons) == 9, reasons
+    # 4 tests x 3 (the FlashInfer and Triton SSU, FlashInfer's ReplaySSM), and
+    # the Triton kernel's state on Blackwell.
+    assert len(reasons) == 13, reasons
     blackwell = [reason for reason in reasons if "only Blackwell" in reason]
     assert len(blackwell) <= 1, reasons
     assert all(
