@@ -116,6 +116,9 @@ def summarize(
     enough = all(len(v) >= stats.MIN_SAMPLES for v in present.values())
     rows: dict[str, dict] = {}
     base = statistics.median(present[stock]) if stock in present else None
+    floored = base is not None and FLOOR.name in present
+    # What the draws cost: stock's median over the floor's.
+    cost = base - statistics.median(present[FLOOR.name]) if floored else None
     for arm, values in present.items():
         median = statistics.median(values)
         row = {
@@ -137,8 +140,7 @@ def summarize(
                 if enough and (ratio := stats.interval_of([boot[stock], boot[arm]], _ratio))
                 else None
             )
-            if FLOOR.name in present and arm != FLOOR.name:
-                cost = base - statistics.median(present[FLOOR.name])
+            if floored and arm != FLOOR.name:
                 row["recovered"] = round((base - median) / cost, 4) if cost > 0 else None
                 share = (
                     stats.interval_of([boot[stock], boot[arm], boot[FLOOR.name]], _recovered)

@@ -59,15 +59,21 @@ def engaged(
     return prefetcher_spy
 
 
-def test_it_engages_when_every_condition_holds_with_n_mamba2_layers(
-    engaged: list[tuple[Any, ...]], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    logged: list[str] = []
+@pytest.fixture
+def logged(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The lines ssu_dispatch logs once (the engagement line, or why not), as they read."""
+    lines: list[str] = []
     monkeypatch.setattr(
         ssu_dispatch.logger,
         "info_once",
-        lambda msg, *args, **kw: logged.append(msg % args),
+        lambda msg, *args, **kw: lines.append(msg % args),
     )
+    return lines
+
+
+def test_it_engages_when_every_condition_holds_with_n_mamba2_layers(
+    engaged: list[tuple[Any, ...]], logged: list[str]
+) -> None:
     ssu_dispatch.initialize_mamba_ssu_backend(mamba_config(), kv_cache_config(mamba2=NUM_LAYERS))
     assert [args[:2] for args in engaged] == [(NUM_LAYERS, "cuda")]
     assert ssu_dispatch._sr_seed_prefetcher is not None
@@ -99,7 +105,10 @@ OFF_CASES = {
     ],
 )
 def test_each_condition_turns_it_off(
-    engaged: list[tuple[Any, ...]], case: str, monkeypatch: pytest.MonkeyPatch
+    engaged: list[tuple[Any, ...]],
+    case: str,
+    logged: list[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     config = mamba_config(enable_stochastic_rounding=case != "stochastic_rounding_off")
     if case == "replayssm":
@@ -111,12 +120,6 @@ def test_each_condition_turns_it_off(
         monkeypatch.delenv("VLLM_MAMBA_SR_SEED_PREFETCH")
     if case == "not_cuda":
         monkeypatch.setattr(current_platform, "is_cuda", lambda: False)
-    logged: list[str] = []
-    monkeypatch.setattr(
-        ssu_dispatch.logger,
-        "info_once",
-        lambda msg, *args, **kw: logged.append(msg % args),
-    )
     use_replayssm = case == "replayssm"
     replayssm = {"use_replayssm": use_replayssm} if HAS_REPLAYSSM else {}
     ssu_dispatch.initialize_mamba_ssu_backend(config, kv_config, **replayssm)
@@ -212,15 +215,9 @@ def test_the_real_prefetcher_without_a_cuda_device_draws_inline(
 
 
 def test_it_engages_with_the_triton_backend(
-    engaged: list[tuple[Any, ...]], monkeypatch: pytest.MonkeyPatch
+    engaged: list[tuple[Any, ...]], logged: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _triton_stand_in(monkeypatch)
-    logged: list[str] = []
-    monkeypatch.setattr(
-        ssu_dispatch.logger,
-        "info_once",
-        lambda msg, *args, **kw: logged.append(msg % args),
-    )
     config = mamba_config(backend=MambaBackendEnum.TRITON)
     ssu_dispatch.initialize_mamba_ssu_backend(config, kv_cache_config(mamba2=NUM_LAYERS))
     assert [args[:2] for args in engaged] == [(NUM_LAYERS, "cuda")]
@@ -265,14 +262,11 @@ def call_replayssm(enable_stochastic_rounding: bool = True) -> None:
 
 @since("0.30.0", "ReplaySSM")
 def test_flashinfer_replayssm_takes_the_prefetched_seed_or_draws_as_stock(
-    engaged: list[tuple[Any, ...]], kernel: KernelStandIn, monkeypatch: pytest.MonkeyPatch
+    engaged: list[tuple[Any, ...]],
+    kernel: KernelStandIn,
+    logged: list[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    logged: list[str] = []
-    monkeypatch.setattr(
-        ssu_dispatch.logger,
-        "info_once",
-        lambda msg, *args, **kw: logged.append(msg % args),
-    )
     ssu_dispatch.initialize_mamba_ssu_backend(
         mamba_config(), kv_cache_config(mamba2=NUM_LAYERS), use_replayssm=True
     )
