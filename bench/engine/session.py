@@ -5,6 +5,9 @@ the worker pool: one worker per (arm, runner), started side by side.
     SR_ENGINE_GPUS   0 or 0,1       GPUs; with two, V1 engines use the first, V2 the second
     SR_ENGINE_RUNNERS v1,v2         the runners the timing measures (default both; one
                                     runner fits a device call of 10 minutes)
+    SR_ENGINE_ARMS   stock,floor,... the arms the timing measures (default all of
+                                    arms.TIMING_ARMS; stock is always among them):
+                                    fewer arms, fewer engines and samples per call
     OUT              where results and engine logs go (default /tmp/out)
 """
 
@@ -18,11 +21,12 @@ from pathlib import Path
 from typing import Any
 
 from . import model
-from .arms import Arm, Runner
+from .arms import STOCK, TIMING_ARMS, Arm, Runner
 from .client import SITES_ENV, Worker, sites_from_env
 
 GPUS_ENV = "SR_ENGINE_GPUS"
 RUNNERS_ENV = "SR_ENGINE_RUNNERS"
+ARMS_ENV = "SR_ENGINE_ARMS"
 
 
 @dataclass(frozen=True)
@@ -31,6 +35,7 @@ class Settings:
     gpus: tuple[str, ...]
     out: Path
     runners: tuple[Runner, ...] = tuple(Runner)
+    timing_arms: tuple[Arm, ...] = TIMING_ARMS
 
     @classmethod
     def from_env(cls) -> Settings | None:
@@ -39,7 +44,7 @@ class Settings:
             return None
         gpus = tuple(g for g in os.environ.get(GPUS_ENV, "0").split(",") if g)
         out = Path(os.environ.get("OUT", "/tmp/out")) / "engine"
-        return cls(sites, gpus, out, runners_from_env())
+        return cls(sites, gpus, out, runners_from_env(), timing_arms_from_env())
 
     def gpu(self, runner: Runner) -> str:
         return self.gpus[list(Runner).index(runner) % len(self.gpus)]
@@ -59,6 +64,19 @@ def runners_from_env() -> tuple[Runner, ...]:
     if unknown or not names:
         raise ValueError(f"{RUNNERS_ENV} takes v1, v2 or v1,v2; got {text!r}")
     return tuple(known[name] for name in names)
+
+
+def timing_arms_from_env() -> tuple[Arm, ...]:
+    """The timing's arms named in SR_ENGINE_ARMS, in TIMING_ARMS' order; stock
+    (every saving's base) is measured whether named or not."""
+    text = os.environ.get(ARMS_ENV, "")
+    if not text:
+        return TIMING_ARMS
+    names = {name for name in text.split(",") if name}
+    known = {arm.name for arm in TIMING_ARMS}
+    if names - known or not names:
+        raise ValueError(f"{ARMS_ENV} takes names among {', '.join(sorted(known))}; got {text!r}")
+    return tuple(arm for arm in TIMING_ARMS if arm.name in names | {STOCK.name})
 
 
 SKIP_REASON = (

@@ -282,6 +282,31 @@ def test_report_names_the_first_layer_that_differs() -> None:
     )
 
 
+def test_state_digests_leave_out_the_null_block_and_start_from_zero(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    gen = torch.Generator().manual_seed(0)
+    caches = [
+        (torch.randn(4, 3, 2, generator=gen), torch.randn(4, 2, 8, generator=gen).half())
+        for _ in range(2)
+    ]
+    monkeypatch.setattr(worker, "_mamba_caches", lambda net: caches)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    monkeypatch.setattr(
+        worker, "_weights", lambda n, which: torch.arange(n, dtype=torch.int64) * 2 + 1 + which
+    )
+    sums, sha = worker.layer_sums(None), worker.state_sha256(None)
+    caches[1][1][0] += 1  # slot 0, the null block: no request's state
+    assert (worker.layer_sums(None), worker.state_sha256(None)) == (sums, sha)
+    caches[1][1][2, 1, 3] += 1  # one word of a request's slot in layer 1
+    changed = worker.layer_sums(None)
+    assert changed[0] == sums[0] and changed[1] != sums[1]
+    assert worker.state_sha256(None) != sha
+    assert len(worker.slot_sums(None)) == 4  # the per-slot view still shows slot 0
+    assert worker.zero_states(None) == 2
+    assert all(not tensor.any() for cache in caches for tensor in cache)
+
+
 def test_replay_spans_sum_each_steps_replays() -> None:
     class Pair:
         def __init__(self, ms: float) -> None:
@@ -497,6 +522,21 @@ def test_the_timing_can_measure_one_runner(tmp_path: Path, monkeypatch: pytest.M
     data, _ = timing.run(settings, timing.Plan(rounds=2, batch_sizes=(1,)), spawn=spawn)
     assert list(data["runners"]) == ["v2"]
     assert all(name.endswith("/v2") for name in started)
+
+
+def test_the_timing_can_measure_some_arms(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(session.ARMS_ENV, "reset-kernel-single,floor")
+    chosen = [arm.name for arm in session.timing_arms_from_env()]
+    assert chosen == ["stock", "reset-kernel-single", "floor"]  # stock always, in order
+    monkeypatch.delenv(session.ARMS_ENV)
+    assert session.timing_arms_from_env() == TIMING_ARMS
+
+
+@pytest.mark.parametrize("bad", ["reset", ",", "stock,control-one-seed"])
+def test_an_unknown_timing_arm_is_refused(bad: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(session.ARMS_ENV, bad)
+    with pytest.raises(ValueError, match="SR_ENGINE_ARMS takes names among"):
+        session.timing_arms_from_env()
 
 
 @pytest.mark.parametrize("bad", ["v3", ",", "v1,x"])

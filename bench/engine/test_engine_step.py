@@ -50,6 +50,8 @@ def timing() -> Iterator[dict[str, Any]]:
 def test_decode_step(benchmark, timing, arm: str, runner: Runner, bs: int) -> None:
     if runner.value not in timing["runners"]:
         pytest.skip(f"{runner.value} not measured in this run (SR_ENGINE_RUNNERS)")
+    if (arm, runner.value) not in timing["workers"]:
+        pytest.skip(f"{arm} not measured in this run (SR_ENGINE_ARMS)")
     if f"{arm}/{runner.value}" in timing["failed"]:
         pytest.fail(timing["failed"][f"{arm}/{runner.value}"], pytrace=False)
     summary = timing["runners"][runner.value]["summary"]

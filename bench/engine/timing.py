@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import stats
-from .arms import BATCH_SIZES, DETERMINISTIC_ENV, FLOOR, STOCK, TIMING_ARMS, GraphMode, Runner
+from .arms import BATCH_SIZES, DETERMINISTIC_ENV, FLOOR, STOCK, GraphMode, Runner
 from .session import Settings, close_all, spawn_all, write_json
 
 
@@ -175,7 +175,7 @@ def run(
     """Starts a FULL_AND_PIECEWISE engine per (arm, runner), measures the
     runners one after the other, writes settings.out / "timing.json"; returns
     its data and the workers (still running: the caller closes them)."""
-    pairs = [(arm, runner) for runner in settings.runners for arm in TIMING_ARMS]
+    pairs = [(arm, runner) for runner in settings.runners for arm in settings.timing_arms]
     # As the identity check runs them: the same compiled code in every arm
     # (no config picked by timing under load), and its compile cache reused.
     workers = spawn(pairs, settings, "timing", DETERMINISTIC_ENV)
@@ -183,7 +183,7 @@ def run(
 
     def started(runner: Runner) -> dict[str, Any]:
         ready = {}
-        for arm in TIMING_ARMS:
+        for arm in settings.timing_arms:
             worker = workers[arm.name, runner.value]
             try:
                 if isinstance(worker, Exception):
