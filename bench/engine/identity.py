@@ -74,11 +74,12 @@ def _run_worker(
     respawn: Any,
     keep: Any,
     before: Callable[[GraphMode], None],
-) -> list[str]:
-    """Each mode's record from one worker, to `keep(mode, record)` as it comes,
-    respawning the worker once after a failure; returns its engagement lines.
-    `before(mode)` returns when the worker's engine of that mode may start."""
-    lines: list[str] = []
+) -> None:
+    """Each mode's record from one worker, to `keep(mode, record, lines)` as it
+    comes, with the worker's engagement lines so far (kept with the records,
+    so that a run cut off by a call's time limit has them when it resumes),
+    respawning the worker once after a failure.  `before(mode)` returns when
+    the worker's engine of that mode may start."""
     for mode in modes:
         before(mode)
         for attempt in (1, 2):
@@ -94,11 +95,9 @@ def _run_worker(
                 if not isinstance(worker, Exception):
                     worker.close()
                 worker = respawn()
-        keep(mode, record)
+        keep(mode, record, None if isinstance(worker, Exception) else worker.engagement())
     if not isinstance(worker, Exception):
-        lines = worker.engagement()
         worker.close()
-    return lines
 
 
 def run(settings: Settings, spawn: Callable[..., dict] = spawn_all) -> dict[str, Any]:
@@ -134,9 +133,11 @@ def run(settings: Settings, spawn: Callable[..., dict] = spawn_all) -> dict[str,
         def respawn() -> Any:
             return spawn([pair], settings, "identity", DETERMINISTIC_ENV)[arm.name, runner.value]
 
-        def keep(mode: GraphMode, got: dict) -> None:
+        def keep(mode: GraphMode, got: dict, lines: list[str] | None) -> None:
             with lock:
                 records[key(arm.name, runner, mode)] = got
+                if lines is not None:
+                    engagement[f"{arm.name}/{runner.value}"] = lines
                 save()
             if arm is STOCK:
                 led[runner, mode].set()
@@ -145,10 +146,7 @@ def run(settings: Settings, spawn: Callable[..., dict] = spawn_all) -> dict[str,
             for leader in _leaders(arm, runner):
                 led[leader, mode].wait()
 
-        worker = workers[arm.name, runner.value]
-        lines = _run_worker(worker, todo[arm.name, runner], respawn, keep, before)
-        with lock:
-            engagement[f"{arm.name}/{runner.value}"] = lines
+        _run_worker(workers[arm.name, runner.value], todo[arm.name, runner], respawn, keep, before)
 
     try:
         with ThreadPoolExecutor(max_workers=max(1, len(pairs))) as pool:

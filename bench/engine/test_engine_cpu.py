@@ -433,6 +433,53 @@ def test_identity_run_orders_resumes_and_respawns(
     saved = json.loads((tmp_path / "out" / "identity.json").read_text())
     assert saved["records"] == json.loads(resume.read_text())["records"] == data["records"]
     assert data["engagement"]["stock/v1"] == ["line of stock/v1"]
+    # Saved with each record, so a run cut off before its workers close has them.
+    assert json.loads(resume.read_text())["engagement"]["forward-context/v2"] == [
+        "line of forward-context/v2"
+    ]
+
+
+def test_reproduce_runs_stock_twice_per_variant(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from . import reproduce
+    from .session import Settings
+
+    events: list[str] = []
+
+    class Stock:
+        def __init__(self, root: Path, env: dict[str, str]) -> None:
+            self.root, self.env = root, env
+
+        def call(self, op: str, **args: object) -> dict:
+            events.append(f"{self.root} {op}")
+            if op == "start":
+                assert args["mode"] == "PIECEWISE"
+                return {"start_s": 1.0}
+            # Processes with a compile cache of their own compute their own bits.
+            bits = self.root.name  # "shared", or the process number
+            return _record([bits.ljust(64, "x")], [1])
+
+        def close(self) -> None:
+            events.append(f"{self.root} close")
+
+    def spawn(arm, runner, *, cache_root, extra_env, **_: object) -> Stock:
+        assert (arm, runner) == (STOCK, Runner.V1)
+        assert extra_env.items() >= arms.DETERMINISTIC_ENV.items()
+        return Stock(cache_root, extra_env)
+
+    monkeypatch.setattr(reproduce.Worker, "spawn", spawn)
+    monkeypatch.setattr(Settings, "write_model", lambda self: tmp_path / "model")
+    settings = Settings(sites={}, gpus=("0", "1"), out=tmp_path)
+    by_name = {v.name: v for v in reproduce.VARIANTS}
+    shared = reproduce.run_variant(by_name["one-compile"], settings, "0")
+    assert shared["verdict"] == "identical"
+    # One compile: the second process starts when the first has closed.
+    root = reproduce.ROOT / "one-compile" / "shared"
+    assert events == [f"{root} {op}" for op in ("start", "identity", "close") * 2]
+    apart = reproduce.run_variant(by_name["as-run"], settings, "1")
+    assert apart["verdict"].startswith("state differs from step 0") and apart["gpu"] == "1"
+    assert by_name["torch-deterministic"].env[reproduce.TORCH_DETERMINISTIC_ENV] == "1"
 
 
 def test_timing_run_measures_runners_in_turn(tmp_path: Path) -> None:

@@ -42,6 +42,11 @@ ARRIVAL_STEPS = (0, 0, 0, 3, 6, 10, 17, 25, 33, 41, 50, 60)
 MAX_TOKENS = (80, 96, 64, 72, 100, 40, 88, 70, 50, 96, 64, 56)
 PROMPT_SEED = 7
 LAYER_STEPS = 3
+# Diagnostics (bench/engine/reproduce.py): LLM(...) arguments over
+# arms.engine_kwargs', as JSON; and "1" for torch's deterministic algorithms
+# with uninitialized memory filled (NaN in floats), set before vLLM loads.
+LLM_KWARGS_ENV = "SR_ENGINE_LLM_KWARGS"
+TORCH_DETERMINISTIC_ENV = "SR_ENGINE_TORCH_DETERMINISTIC"
 TIMING_PROMPT_LENGTH = 32
 
 
@@ -113,15 +118,13 @@ def _set_sync_plan(plan: str) -> None:
 
 
 def _mamba_caches(net: Any) -> list[Any]:
-    """Per Mamba-2 layer, in layer order, its (conv state, SSM state) tensors:
-    first dimension the cache slot (vLLM's block id)."""
+    """Per Mamba-2 layer, in the model's order (layers.0 first, then layers.2:
+    named_modules' order; the records of runs a to d sorted by name, where
+    layers.10 came second), its (conv state, SSM state) tensors: first
+    dimension the cache slot (vLLM's block id)."""
     from vllm.model_executor.layers.mamba.mamba_mixer2 import MambaMixer2
 
-    return [
-        module.kv_cache
-        for _, module in sorted(net.named_modules(), key=lambda item: item[0])
-        if isinstance(module, MambaMixer2)
-    ]
+    return [module.kv_cache for _, module in net.named_modules() if isinstance(module, MambaMixer2)]
 
 
 def _ssm_states(net: Any) -> list[Any]:
@@ -335,7 +338,9 @@ class Engine:
         self.stop()
         seed = 1 if self.arm.perturb is Perturb.GENERATOR_SEED else arms.SEED
         began = time.perf_counter()
-        self.llm = LLM(**arms.engine_kwargs(self.model_dir, GraphMode(mode), seed))
+        kwargs = arms.engine_kwargs(self.model_dir, GraphMode(mode), seed)
+        kwargs.update(json.loads(os.environ.get(LLM_KWARGS_ENV) or "{}"))
+        self.llm = LLM(**kwargs)
         count = self.llm.llm_engine.apply_model(model.init_weights)[0]
         self.spans = None
         return {"start_s": time.perf_counter() - began, "parameters": count}
@@ -485,6 +490,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reply-fd", type=int, required=True)
     args = parser.parse_args(argv)
     replies = os.fdopen(args.reply_fd, "w", buffering=1)
+    if os.environ.get(TORCH_DETERMINISTIC_ENV) == "1":
+        import torch
+
+        torch.use_deterministic_algorithms(True, warn_only=True)
+        torch.utils.deterministic.fill_uninitialized_memory = True
     engine = Engine(arms.BY_NAME[args.arm], args.model_dir)
     replies.write(json.dumps({"ok": True, "ready": args.arm, "pid": os.getpid()}) + "\n")
     for line in sys.stdin:

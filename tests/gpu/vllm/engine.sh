@@ -10,6 +10,8 @@
 #             the fork's test per design, revert byte for byte)
 #   identity  tests/gpu/vllm/test_engine_identity.py (every arm x runner x graph mode)
 #   timing    bench/engine/test_engine_step.py (pytest-benchmark, interleaved rounds)
+#   reproduce bench/engine/reproduce.py: does stock compute the same bits in two
+#             processes, per setting (a diagnostic of the compiled modes)
 #   pack      everything but the three result JSONs into $OUT/engine-run.tar.xz (a device
 #             call brings back only a few files, none deep); run it last, also after a
 #             step cut off by `timeout`
@@ -55,11 +57,15 @@ for step in "$@"; do
         -p no:cacheprovider --benchmark-json="$out/engine/benchmark.json" \
         2>&1 | tee "$out/engine/timing-pytest.log"
       [ "${PIPESTATUS[0]}" = 0 ] || status=1 ;;
+    reproduce)
+      python3 -m bench.engine.reproduce 2>&1 | tee "$out/engine/reproduce.log"
+      [ "${PIPESTATUS[0]}" = 0 ] || status=1 ;;
     pack)
       (cd "$out" && find . -type f ! -name engine-run.tar.xz ! -path ./engine/identity.json \
-         ! -path ./engine/timing.json ! -path ./engine/benchmark.json -print0 \
+         ! -path ./engine/timing.json ! -path ./engine/benchmark.json \
+         ! -path ./engine/reproduce.json ! -path ./engine/reproduce-code.tar.xz -print0 \
          | tar --null -T - -cJf engine-run.tar.xz --remove-files) || status=1 ;;
-    *) echo "unknown step $step (fork, identity, timing, pack)"; exit 2 ;;
+    *) echo "unknown step $step (fork, identity, timing, reproduce, pack)"; exit 2 ;;
   esac
 done
 echo "=== done $(date -u +%T), exit status $status"
