@@ -165,10 +165,25 @@ BY_NAME = {arm.name: arm for arm in (*IDENTITY_ARMS, FLOOR)}
 # again).  Layer 0 already differs after step 0, and some pairs of engines
 # agree: a few choices made per process, as kernels picked by timing side by
 # side make.  identity.py now lets stock lead every mode (`_leaders`).
+# Fourth run (2026-11-30d): stock leading did not help either.  A diagnostic
+# (bench/engine/reproduce.py, bench/results/engine-reproduce-nvidia-h200x2-
+# 20261130.md) ran stock V1 PIECEWISE in two processes per setting: as run,
+# on one compile's cache, and without prefix caching, the two differed from
+# step 0; with torch's deterministic algorithms (new allocations filled) they
+# agreed over all 163 steps.  So the identity run adds IDENTITY_ENV.
 DETERMINISTIC_ENV = {
     "TRITON_CACHE_AUTOTUNING": "1",
     "TORCHINDUCTOR_DETERMINISTIC": "1",
     "PYTHONHASHSEED": "0",
+}
+# The identity run's engines only (not the timing's: the fills are kernels of
+# their own): torch.use_deterministic_algorithms(True, warn_only=True) with
+# torch.utils.deterministic.fill_uninitialized_memory, set by the worker
+# before vLLM loads, and the cuBLAS workspace that mode asks for.
+IDENTITY_ENV = {
+    **DETERMINISTIC_ENV,
+    "SR_ENGINE_TORCH_DETERMINISTIC": "1",
+    "CUBLAS_WORKSPACE_CONFIG": ":4096:8",
 }
 
 SEED = 0
@@ -206,16 +221,29 @@ def engine_kwargs(model_dir: str, mode: GraphMode, seed: int = SEED) -> dict:
         kwargs["enforce_eager"] = True
     else:
         kwargs["cudagraph_capture_sizes"] = list(BATCH_SIZES)
-        kwargs["compilation_config"] = {
-            "cudagraph_mode": mode.value,
-            # vLLM turns on Inductor's combo kernels and benchmarks whether to
-            # use them: a pick by timing, which can differ from engine to
-            # engine, and benchmarking that Inductor refuses (raises) under
-            # TORCHINDUCTOR_DETERMINISTIC (DETERMINISTIC_ENV).  Combo kernels
-            # stay on; every arm compiles with the same settings.
-            "inductor_compile_config": {
-                "combo_kernels": True,
-                "benchmark_combo_kernel": False,
-            },
-        }
+        kwargs["compilation_config"] = compilation_config(mode)
     return kwargs
+
+
+def compilation_config(mode: GraphMode, *, inductor_deterministic: bool = True) -> dict:
+    """A compiled mode's compilation_config.
+
+    Inductor's deterministic mode, through vLLM's inductor_compile_config:
+    without it, Inductor picks its reduction kernels' block sizes (RMSNorm's)
+    by timing each process, and two stock processes compute different bits
+    (runs a to d of 2026-11-30).  TORCHINDUCTOR_DETERMINISTIC=1
+    (DETERMINISTIC_ENV) does not hold under torch 2.11: Dynamo restores
+    torch.use_deterministic_algorithms(False) after converting a frame, and
+    that call resets inductor's config.deterministic (the generated kernels
+    of run d say 'deterministic': False).  vLLM applies inductor_compile_config
+    as a patch around each compile, where it holds.
+
+    vLLM also turns on Inductor's combo kernels and benchmarks whether to use
+    them: a pick by timing, and benchmarking that deterministic mode refuses
+    (raises).  Combo kernels stay on, unbenchmarked; every arm compiles with
+    the same settings.
+    """
+    inductor = {"combo_kernels": True, "benchmark_combo_kernel": False}
+    if inductor_deterministic:
+        inductor["deterministic"] = True
+    return {"cudagraph_mode": mode.value, "inductor_compile_config": inductor}

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from . import model
-from .arms import DETERMINISTIC_ENV, IDENTITY_ARMS, STOCK, Arm, GraphMode, Runner
+from .arms import IDENTITY_ARMS, IDENTITY_ENV, STOCK, Arm, GraphMode, Runner
 from .session import Settings, close_all, spawn_all, write_json
 
 
@@ -112,7 +112,7 @@ def run(settings: Settings, spawn: Callable[..., dict] = spawn_all) -> dict[str,
         for arm in IDENTITY_ARMS
     }
     pairs = [(arm, runner) for runner in Runner for arm in IDENTITY_ARMS if todo[arm.name, runner]]
-    workers = spawn(pairs, settings, "identity", DETERMINISTIC_ENV)
+    workers = spawn(pairs, settings, "identity", IDENTITY_ENV)
     # Set once stock's engine of (runner, mode) has given its record (or failed).
     led = {(runner, mode): threading.Event() for runner in Runner for mode in MODES}
     for (runner, mode), event in led.items():
@@ -131,7 +131,7 @@ def run(settings: Settings, spawn: Callable[..., dict] = spawn_all) -> dict[str,
         arm, runner = pair
 
         def respawn() -> Any:
-            return spawn([pair], settings, "identity", DETERMINISTIC_ENV)[arm.name, runner.value]
+            return spawn([pair], settings, "identity", IDENTITY_ENV)[arm.name, runner.value]
 
         def keep(mode: GraphMode, got: dict, lines: list[str] | None) -> None:
             with lock:

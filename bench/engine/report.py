@@ -42,6 +42,7 @@ def compact_record(record: dict[str, Any]) -> dict[str, Any]:
         "slot_sums": [[x[:8] for x in step] for step in record.get("slot_sums", [])],
         "rng_offsets": record.get("rng_offsets"),
         "state_sha256": record["state_sha256"],
+        "sanity": record.get("sanity"),
         "tokens_sha256": _sha(record["tokens"]),
         "logprobs_sha256": _sha(record["logprobs"]),
     }

@@ -84,7 +84,10 @@ def test_arms() -> None:
     assert graphs["compilation_config"]["inductor_compile_config"] == {
         "combo_kernels": True,
         "benchmark_combo_kernel": False,
+        "deterministic": True,
     }
+    autotuned = arms.compilation_config(GraphMode.PIECEWISE, inductor_deterministic=False)
+    assert "deterministic" not in autotuned["inductor_compile_config"]
     assert graphs["seed"] == 3 and graphs["cudagraph_capture_sizes"] == [1, 2, 4, 8]
     assert Runner.V2.env == {"VLLM_USE_V2_MODEL_RUNNER": "1"}
 
@@ -307,6 +310,19 @@ def test_state_digests_leave_out_the_null_block_and_start_from_zero(
     assert all(not tensor.any() for cache in caches for tensor in cache)
 
 
+def test_sanity_tells_a_degenerate_run() -> None:
+    from types import SimpleNamespace as NS
+
+    def final(tokens: list[int], logprobs: list[float]) -> NS:
+        steps = zip(tokens, logprobs, strict=True)
+        return NS(token_ids=tokens, logprobs=[{t: NS(logprob=v)} for t, v in steps])
+
+    good = {"r0": final([5, 9, 5], [-1.0, -2.5, -0.5]), "r1": final([3, 4], [-3.0, -1.0])}
+    assert worker.sanity(good) == {"finite_logprobs": True, "fewest_distinct_tokens": 2}
+    nan = {"r0": final([0, 0, 0], [float("nan")] * 3)}
+    assert worker.sanity(nan) == {"finite_logprobs": False, "fewest_distinct_tokens": 1}
+
+
 def test_replay_spans_sum_each_steps_replays() -> None:
     class Pair:
         def __init__(self, ms: float) -> None:
@@ -394,7 +410,7 @@ def test_identity_run_orders_resumes_and_respawns(
     monkeypatch.setenv(RESUME_ENV, str(resume))
 
     def spawn(pairs, settings, tag, extra_env):
-        assert extra_env == arms.DETERMINISTIC_ENV
+        assert extra_env == arms.IDENTITY_ENV
         out = {}
         for arm, runner in pairs:
             name = f"{arm.name}/{runner.value}"
@@ -472,14 +488,16 @@ def test_reproduce_runs_stock_twice_per_variant(
     monkeypatch.setattr(Settings, "write_model", lambda self: tmp_path / "model")
     settings = Settings(sites={}, gpus=("0", "1"), out=tmp_path)
     by_name = {v.name: v for v in reproduce.VARIANTS}
-    shared = reproduce.run_variant(by_name["one-compile"], settings, "0")
+    shared = reproduce.run_variant(reproduce.Variant("one", one_compile=True), settings, "0")
     assert shared["verdict"] == "identical"
     # One compile: the second process starts when the first has closed.
-    root = reproduce.ROOT / "one-compile" / "shared"
+    root = reproduce.ROOT / "one" / "shared"
     assert events == [f"{root} {op}" for op in ("start", "identity", "close") * 2]
     apart = reproduce.run_variant(by_name["as-run"], settings, "1")
     assert apart["verdict"].startswith("state differs from step 0") and apart["gpu"] == "1"
-    assert by_name["torch-deterministic"].env[reproduce.TORCH_DETERMINISTIC_ENV] == "1"
+    assert by_name["torch-deterministic"].env.items() <= arms.IDENTITY_ENV.items()
+    tuned = json.loads(by_name["reductions-tuned"].env[worker.LLM_KWARGS_ENV])
+    assert "deterministic" not in tuned["compilation_config"]["inductor_compile_config"]
 
 
 def test_timing_run_measures_runners_in_turn(tmp_path: Path) -> None:
@@ -606,7 +624,7 @@ def test_the_fork_script_checks_every_file_the_patch_changes() -> None:
     assert set(listed.group(1).split()) == set(PATHS)
 
 
-LATEST_RUN = "bench/results/engine-nvidia-h200x2-20261130c"
+LATEST_RUN = "bench/results/engine-nvidia-h200x2-20261130d"
 """The engine run the READMEs quote."""
 
 
@@ -641,7 +659,7 @@ def test_the_latest_engine_run_reads_as_the_readmes_say() -> None:
         if line.startswith(("PASSED ", "FAILED ", "ERROR "))
     }
     eager = {test: v for test, v in verdicts.items() if "-eager]" in test}
-    assert len(eager) == 14 and set(eager.values()) == {"PASSED"}, eager
+    assert len(eager) == 16 and set(eager.values()) == {"PASSED"}, eager
     assert verdicts["test_engagement_line[v1]"] == verdicts["test_engagement_line[v2]"] == "PASSED"
     failed = sorted(test for test, v in verdicts.items() if v != "PASSED")
     assert failed == [

@@ -23,6 +23,7 @@ import contextlib
 import gc
 import hashlib
 import json
+import math
 import os
 import random
 import statistics
@@ -42,9 +43,10 @@ ARRIVAL_STEPS = (0, 0, 0, 3, 6, 10, 17, 25, 33, 41, 50, 60)
 MAX_TOKENS = (80, 96, 64, 72, 100, 40, 88, 70, 50, 96, 64, 56)
 PROMPT_SEED = 7
 LAYER_STEPS = 3
-# Diagnostics (bench/engine/reproduce.py): LLM(...) arguments over
-# arms.engine_kwargs', as JSON; and "1" for torch's deterministic algorithms
-# with uninitialized memory filled (NaN in floats), set before vLLM loads.
+# LLM(...) arguments over arms.engine_kwargs', as JSON (a diagnostic's:
+# bench/engine/reproduce.py).  And torch's deterministic algorithms, set
+# before vLLM loads: "1" with new allocations filled (NaN in floats, the
+# largest integer in integers), "nofill" without (arms.IDENTITY_ENV).
 LLM_KWARGS_ENV = "SR_ENGINE_LLM_KWARGS"
 TORCH_DETERMINISTIC_ENV = "SR_ENGINE_TORCH_DETERMINISTIC"
 TIMING_PROMPT_LENGTH = 32
@@ -175,7 +177,12 @@ def _weights(n: int, which: int) -> Any:
 def layer_sums(net: Any) -> list[str]:
     """Per Mamba-2 layer, in layer order, its fp16 SSM state in every slot a
     request can hold, as two 64-bit weighted sums of its 32-bit words (on the
-    GPU; integer sums do not depend on order), as 32 hex digits."""
+    GPU; integer sums do not depend on order), as 32 hex digits.
+
+    vLLM's hybrid KV cache lets one layer of each KV-cache group share a
+    tensor, each group on blocks of its own: a layer's tensor, every slot,
+    holds other layers' states (and attention blocks) too.  So the sums cover
+    every layer's state, and layers that share a tensor give the same sums."""
     import torch
 
     torch.cuda.synchronize()
@@ -233,6 +240,22 @@ def state_sha256(net: Any) -> str:
             _request_slots(state).contiguous().view(-1).view(torch.uint8).cpu().numpy().tobytes()
         )
     return digest.hexdigest()
+
+
+def sanity(finals: dict[str, Any]) -> dict[str, Any]:
+    """What rules out a trivial agreement (every process sampling from NaN
+    logits agrees too): whether every sampled token's logprob is finite, and
+    the fewest distinct token ids any request sampled."""
+    logprobs = [
+        entry.logprob
+        for c in finals.values()
+        for position in (c.logprobs or [])
+        for entry in position.values()
+    ]
+    return {
+        "finite_logprobs": bool(logprobs) and all(math.isfinite(v) for v in logprobs),
+        "fewest_distinct_tokens": min((len(set(c.token_ids)) for c in finals.values()), default=0),
+    }
 
 
 def _logprobs(output: Any) -> list[list[Any]]:
@@ -425,6 +448,7 @@ class Engine:
             # step) drew differently.
             "rng_offsets": offsets,
             "state_sha256": engine.apply_model(state_sha256)[0],
+            "sanity": sanity(finals),
             "tokens": {rid: list(c.token_ids) for rid, c in sorted(finals.items())},
             "logprobs": {rid: _logprobs(c) for rid, c in sorted(finals.items())},
         }
@@ -490,11 +514,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reply-fd", type=int, required=True)
     args = parser.parse_args(argv)
     replies = os.fdopen(args.reply_fd, "w", buffering=1)
-    if os.environ.get(TORCH_DETERMINISTIC_ENV) == "1":
+    deterministic = os.environ.get(TORCH_DETERMINISTIC_ENV)
+    if deterministic in ("1", "nofill"):
         import torch
 
         torch.use_deterministic_algorithms(True, warn_only=True)
-        torch.utils.deterministic.fill_uninitialized_memory = True
+        torch.utils.deterministic.fill_uninitialized_memory = deterministic == "1"
     engine = Engine(arms.BY_NAME[args.arm], args.model_dir)
     replies.write(json.dumps({"ok": True, "ready": args.arm, "pid": os.getpid()}) + "\n")
     for line in sys.stdin:
