@@ -36,8 +36,14 @@ the kernel, the current stream is the fastest eagerly (or ties, at BS 2 and 8);
 under graphs it ties a single event on a side stream at BS 4 and 8 but is about
 3 µs slower at BS 1 and 2 (175.6 vs 172.7, 287.9 vs 284.0 µs), where the side
 stream wins; with randint, geometric gives up a few points of per_seed's
-graph-mode gain for an eager forward far cheaper than per_seed's.  A drawer not
-listed gets FALLBACK_SYNC_PLAN."""
+graph-mode gain for an eager forward far cheaper than per_seed's.  The kernel
+keeps the current stream: in the patched vLLM engine, a single event on a side
+stream tied with it at every batch size on both runners (graph replay time,
+bench/results/engine-nvidia-h200x2-20261130d.md), so the 3 µs it gives up at
+BS 1-2 in the microbenchmark is below what a real step resolves, while eager
+forwards (mixed prefill/decode steps run eagerly even under PIECEWISE graphs)
+are faster on the current stream.  A drawer not listed gets
+FALLBACK_SYNC_PLAN."""
 FALLBACK_SYNC_PLAN = "geometric"
 
 

@@ -6,8 +6,9 @@ before each FlashInfer SSU call (`FlashInferSSUBackend.__call__` in
 structure (targets/), and read what differs in the code itself where they
 can (how the release names the Mamba types, whether `initialize_mamba_ssu_backend`
 takes `use_replayssm`, which variables a `set_forward_context` call is given).
-What cannot be read off the code is a site that a release adds or drops:
-`SITES_SINCE` below.  A release that moves nothing needs no entry there.
+What cannot be read off the code is a site that a release adds or drops, and a
+file it adds: `SITES_SINCE` and `FILES_SINCE` below.  A release that moves
+nothing needs no entry there.
 """
 
 from __future__ import annotations
@@ -66,6 +67,10 @@ class Release:
     def sites(self) -> list[Site]:
         return [site for site in Site if self.has(site)]
 
+    def has_file(self, path: str) -> bool:
+        since = FILES_SINCE.get(path)
+        return since is None or self.key >= _key(since)
+
 
 RELEASES: tuple[Release, ...] = (
     Release("0.20.0", torch="2.11.0", flashinfer="0.6.8.post1"),
@@ -95,6 +100,14 @@ SITES_SINCE: dict[Site, str] = {
     Site.V2_UBATCH_CAPTURE: "0.30.0",
 }
 """The per-release differences the code cannot tell: sites a release added."""
+
+FILES_SINCE: dict[str, str] = {
+    # The Triton ReplaySSM kernel's wrapper arrived in 0.27.0.
+    "vllm/model_executor/layers/mamba/ops/selective_state_update_replayssm_output_only.py": (
+        "0.27.0"
+    ),
+}
+"""Files the patch changes that a release added (every other one is in all releases)."""
 
 NEWEST = RELEASES[-1]
 _BY_VERSION = {release.version: release for release in RELEASES}
@@ -186,10 +199,9 @@ def _refresh() -> None:
 
     data: dict[str, dict[str, str]] = {}
     for release in RELEASES:
-        files = wheel.read_members(release.version, targets.PATHS)
-        data[release.version] = {
-            path: hashlib.sha256(files[path]).hexdigest() for path in targets.PATHS
-        }
+        paths = targets.paths(release)
+        files = wheel.read_members(release.version, paths)
+        data[release.version] = {path: hashlib.sha256(files[path]).hexdigest() for path in paths}
         print(release.version, "ok")
     Path(__file__).with_name("pristine_sha256.json").write_text(
         json.dumps(data, indent=1, sort_keys=True) + "\n"

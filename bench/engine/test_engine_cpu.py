@@ -616,12 +616,13 @@ def test_the_fork_script_checks_every_file_the_patch_changes() -> None:
     revert: every file the patch edits must be among them."""
     import re
 
-    from vllm_patch.targets import PATHS
+    from vllm_patch import releases
+    from vllm_patch.targets import paths
 
     script = Path(__file__).resolve().parents[2] / "tests" / "gpu" / "vllm" / "patched_installed.sh"
     listed = re.search(r"^files=\(([^)]*)\)", script.read_text(), re.MULTILINE)
     assert listed is not None
-    assert set(listed.group(1).split()) == set(PATHS)
+    assert set(listed.group(1).split()) == set(paths(releases.get("0.26.0")))
 
 
 LATEST_RUN = "bench/results/engine-nvidia-h200x2-20261130d"

@@ -10,8 +10,15 @@ import pytest
 
 from vllm_patch import cli, releases, targets
 
-TREE_FILES = ("vllm/__init__.py", "vllm/_version.py", *targets.PATHS)
-"""What sr-prefetch reads of a tree: the package marker, the version, the files it changes."""
+
+def tree_files(release: releases.Release) -> tuple[str, ...]:
+    """What sr-prefetch reads of `release`'s tree: the package marker, the version, the
+    files it changes there."""
+    return ("vllm/__init__.py", "vllm/_version.py", *targets.paths(release))
+
+
+TREE_FILES = tree_files(releases.NEWEST)
+"""tree_files of the newest release, which has every file the patch changes."""
 
 
 def git(root: Path, *args: str) -> str:

@@ -19,7 +19,16 @@ from tests.vllm_patch.helpers import commit, git, run, small_copy, small_git_cop
 from vllm_patch import cli, fork_test, releases, targets, tree, vendor
 from vllm_patch.designs import DESIGNS
 from vllm_patch.releases import NEWEST, Design, Site
-from vllm_patch.targets import envs, mamba_ssm, ssu_dispatch, v1_runner, v2_cudagraph, v2_runner
+from vllm_patch.targets import (
+    envs,
+    mamba_mixer2,
+    mamba_ssm,
+    replayssm_triton,
+    ssu_dispatch,
+    v1_runner,
+    v2_cudagraph,
+    v2_runner,
+)
 
 OLDER = releases.get("0.29.0")
 """A release without the DBO capture site (added in 0.30.0)."""
@@ -88,7 +97,13 @@ def test_apply_status_revert(
 
 def test_the_reset_design_edits_the_runners_and_forward_context_does_not() -> None:
     assert changed_paths(Design.RESET) == set(targets.PATHS)
-    assert changed_paths(Design.FORWARD_CONTEXT) == {envs.PATH, ssu_dispatch.PATH, mamba_ssm.PATH}
+    assert changed_paths(Design.FORWARD_CONTEXT) == {
+        envs.PATH,
+        ssu_dispatch.PATH,
+        mamba_ssm.PATH,
+        replayssm_triton.PATH,
+        mamba_mixer2.PATH,
+    }
     forward_context_sites = {
         operation.site
         for file_ops in targets.file_operations(Design.FORWARD_CONTEXT, NEWEST)

@@ -32,7 +32,7 @@ def wheel_026(tmp_path_factory: pytest.TempPathFactory) -> Path:
     the release's wheel, with its own METADATA and WHEEL, and a RECORD for them."""
     release = releases.get("0.26.0")
     dist = "vllm-0.26.0.dist-info"
-    paths = (*targets.PATHS, "vllm/__init__.py", "vllm/_version.py")
+    paths = (*targets.paths(release), "vllm/__init__.py", "vllm/_version.py")
     files = tree.release_files(release, (*paths, f"{dist}/METADATA", f"{dist}/WHEEL"))
     record = [f"{path},sha256={_digest(data)},{len(data)}" for path, data in sorted(files.items())]
     files[f"{dist}/RECORD"] = ("\n".join([*record, f"{dist}/RECORD,,"]) + "\n").encode()

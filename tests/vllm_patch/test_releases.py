@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.vllm_patch.helpers import TREE_FILES, commit, run, snapshot
+from tests.vllm_patch.helpers import commit, run, snapshot, tree_files
 from vllm_patch import patch, releases, targets, tree
 from vllm_patch.releases import RELEASES, Design, Site
 
@@ -21,7 +21,7 @@ VERSIONS = [release.version for release in RELEASES]
 def release_tree(root: Path, release: releases.Release, version: str | None = None) -> Path:
     """A source tree (no git) holding `release`'s files that the patch reads or changes;
     `version` rewrites its vllm/_version.py, as a fork's build would."""
-    for path, data in tree.release_files(release, TREE_FILES).items():
+    for path, data in tree.release_files(release, tree_files(release)).items():
         (root / path).parent.mkdir(parents=True, exist_ok=True)
         (root / path).write_bytes(data)
     if version is not None:
@@ -31,7 +31,8 @@ def release_tree(root: Path, release: releases.Release, version: str | None = No
 
 @pytest.mark.parametrize("version", VERSIONS)
 def test_shipped_files_are_the_ones_the_table_records(version: str) -> None:
-    files = tree.release_files(releases.get(version), targets.PATHS)
+    release = releases.get(version)
+    files = tree.release_files(release, targets.paths(release))
     recorded = releases.pristine_sha256()[version]
     assert {p: hashlib.sha256(d).hexdigest() for p, d in files.items()} == recorded
 

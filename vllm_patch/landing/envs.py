@@ -9,11 +9,10 @@ if TYPE_CHECKING:
     VLLM_MAMBA_SR_SEED_CHECK: bool = False
 
 environment_variables: dict[str, Callable[[], Any]] = {
-    # If set to 1, the FlashInfer and Triton Mamba SSU backends, and
-    # FlashInfer's ReplaySSM, draw a forward's stochastic-rounding seeds up
-    # front instead of one torch.randint before every SSU call. The seeds are
-    # identical to stock. Triton's ReplaySSM keeps its per-call draw.
-    # No effect without --enable-mamba-cache-stochastic-rounding.
+    # If set to 1, the FlashInfer and Triton Mamba SSU backends, and ReplaySSM
+    # on either, draw a forward's stochastic-rounding seeds up front instead of
+    # one torch.randint before every SSU call. The seeds are identical to
+    # stock. No effect without --enable-mamba-cache-stochastic-rounding.
     "VLLM_MAMBA_SR_SEED_PREFETCH": lambda: bool(
         int(os.getenv("VLLM_MAMBA_SR_SEED_PREFETCH", "0"))
     ),

@@ -1,7 +1,8 @@
 # Lands in ssu_dispatch.py before get_mamba_ssu_backend (both designs), followed by
 # the design's _attach_sr_seed_prefetcher. _prefetched_sr_seed is what both SSU
-# backends and FlashInfer's ReplaySSM call ask; the Triton backend hands it to
-# selective_state_update, which draws when it is None. MAMBA1_TYPE and MAMBA2_TYPE
+# backends and both ReplaySSM calls ask; the Triton backend, and mamba_mixer2.py's
+# Triton ReplaySSM call, hand it to their kernel's wrapper, which draws when it is
+# None. MAMBA1_TYPE and MAMBA2_TYPE
 # are how the release names the Mamba types: read off initialize_mamba_ssu_backend's
 # own check (an enum from 0.21.0 on, the strings "mamba1" / "mamba2" before).
 
@@ -21,7 +22,6 @@ def _mamba2_layer_names(kv_cache_config: KVCacheConfig) -> list[str]:
 def _sr_seed_prefetch_blocker(
     mamba_config: MambaConfig,
     kv_cache_config: KVCacheConfig,
-    use_replayssm: bool,
 ) -> str | None:
     """Why VLLM_MAMBA_SR_SEED_PREFETCH cannot apply here, or None if it can."""
     if not envs.VLLM_MAMBA_SR_SEED_PREFETCH:
@@ -33,9 +33,6 @@ def _sr_seed_prefetch_blocker(
         MambaBackendEnum.TRITON,
     ):
         return f"the Mamba SSU backend is {mamba_config.backend.value}"
-    if use_replayssm and mamba_config.backend != MambaBackendEnum.FLASHINFER:
-        # The Triton ReplaySSM kernel's wrapper draws its own seed, left as it is.
-        return "ReplaySSM runs on the Triton backend"
     from vllm.platforms import current_platform
 
     if not current_platform.is_cuda():

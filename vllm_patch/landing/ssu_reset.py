@@ -14,7 +14,7 @@ def _attach_sr_seed_prefetcher(
     mamba2_layers = _mamba2_layer_names(kv_cache_config)
     _mamba2_probe_layer = mamba2_layers[0] if mamba2_layers else None
     _sr_seed_prefetcher = None
-    blocker = _sr_seed_prefetch_blocker(mamba_config, kv_cache_config, use_replayssm)
+    blocker = _sr_seed_prefetch_blocker(mamba_config, kv_cache_config)
     if blocker is not None:
         if envs.VLLM_MAMBA_SR_SEED_PREFETCH:
             logger.info_once(

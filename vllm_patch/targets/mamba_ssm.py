@@ -30,22 +30,29 @@ _DRAW_DUMP = ast.dump(ast.parse(STOCK_DRAW).body[0])
 
 def operations(design: Design) -> FileOperations:
     del design  # both designs hand the Triton SSU its seed the same way
+    return seed_parameter(PATH, FUNCTION)
+
+
+def seed_parameter(path: str, function: str) -> FileOperations:
+    """`function` of `path`, which draws as STOCK_DRAW, takes an optional rand_seed
+    (last) and draws only when it is None: the Triton SSU here, and the Triton
+    ReplaySSM (replayssm_triton.py)."""
     return FileOperations(
-        PATH,
+        path,
         (
             AddArgument(
-                why=f"{FUNCTION} takes an optional rand_seed (stock's callers leave it None)",
+                why=f"{function} takes an optional rand_seed (stock's callers leave it None)",
                 at=Find(
                     "",
-                    f"def {FUNCTION}",
-                    lambda n: isinstance(n, ast.FunctionDef) and n.name == FUNCTION,
+                    f"def {function}",
+                    lambda n: isinstance(n, ast.FunctionDef) and n.name == function,
                 ),
                 code="rand_seed=None",
             ),
             WrapInIf(
-                why=f"{FUNCTION} draws its seed only when none is given",
+                why=f"{function} draws its seed only when none is given",
                 at=Find(
-                    FUNCTION,
+                    function,
                     "statement `rand_seed = torch.randint(...) if enable_stochastic_rounding "
                     "else None`",
                     lambda n: isinstance(n, ast.Assign) and ast.dump(n) == _DRAW_DUMP,

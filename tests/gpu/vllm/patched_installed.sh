@@ -12,6 +12,7 @@ mkdir -p "$out"
 log="$out/patched-vllm-0.26.0-nvidia-h200.log"
 files=(vllm/envs.py vllm/model_executor/layers/mamba/ops/ssu_dispatch.py
        vllm/model_executor/layers/mamba/ops/mamba_ssm.py
+       vllm/model_executor/layers/mamba/mamba_mixer2.py
        vllm/v1/worker/gpu_model_runner.py vllm/v1/worker/gpu/model_runner.py
        vllm/v1/worker/gpu/cudagraph_utils.py)
 site=$(python3 -c "import importlib.util as u, pathlib as p; print(p.Path(u.find_spec('vllm').origin).parent.parent)")

@@ -1,4 +1,5 @@
-"""The patched envs.py, ssu_dispatch.py and mamba_ssm.py, run for real on the CPU (both designs)."""
+"""The patched envs.py, ssu_dispatch.py, the Triton kernels' wrappers and their ReplaySSM
+call, run for real on the CPU (both designs)."""
 
 from __future__ import annotations
 
@@ -24,8 +25,6 @@ from tests.vllm_patch.patched.conftest import (
 )
 
 NUM_LAYERS = 5
-HAS_REPLAYSSM = at_least("0.30.0")
-"""ReplaySSM, and initialize_mamba_ssu_backend's `use_replayssm`, arrived in 0.30.0."""
 
 
 def test_the_env_var_defaults_off_and_is_hashed_into_the_compile_cache(
@@ -91,19 +90,12 @@ def test_it_engages_when_every_condition_holds_with_n_mamba2_layers(
 OFF_CASES = {
     "env_var_unset": "VLLM_MAMBA_SR_SEED_PREFETCH is not set",
     "stochastic_rounding_off": "stochastic rounding is off",
-    "replayssm": "ReplaySSM runs on the Triton backend",
     "not_cuda": "the platform is not CUDA",
     "mamba1_layers": "the model has Mamba-1 layers",
 }
 
 
-@pytest.mark.parametrize(
-    "case",
-    [
-        pytest.param(case, marks=since("0.30.0", "ReplaySSM") if case == "replayssm" else ())
-        for case in sorted(OFF_CASES)
-    ],
-)
+@pytest.mark.parametrize("case", sorted(OFF_CASES))
 def test_each_condition_turns_it_off(
     engaged: list[tuple[Any, ...]],
     case: str,
@@ -111,26 +103,19 @@ def test_each_condition_turns_it_off(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     config = mamba_config(enable_stochastic_rounding=case != "stochastic_rounding_off")
-    if case == "replayssm":
-        # FlashInfer's ReplaySSM takes prefetched seeds; Triton's draws its own.
-        _triton_stand_in(monkeypatch)
-        config = mamba_config(backend=MambaBackendEnum.TRITON)
     kv_config = kv_cache_config(mamba2=NUM_LAYERS, mamba1=2 if case == "mamba1_layers" else 0)
     if case == "env_var_unset":
         monkeypatch.delenv("VLLM_MAMBA_SR_SEED_PREFETCH")
     if case == "not_cuda":
         monkeypatch.setattr(current_platform, "is_cuda", lambda: False)
-    use_replayssm = case == "replayssm"
-    replayssm = {"use_replayssm": use_replayssm} if HAS_REPLAYSSM else {}
-    ssu_dispatch.initialize_mamba_ssu_backend(config, kv_config, **replayssm)
+    ssu_dispatch.initialize_mamba_ssu_backend(config, kv_config)
     assert engaged == []
     unused = [f"VLLM_MAMBA_SR_SEED_PREFETCH is set but unused: {OFF_CASES[case]}."]
     assert [line for line in logged if "SEED" in line] == (
         [] if case == "env_var_unset" else unused
     )
     assert ssu_dispatch._sr_seed_prefetcher is None
-    blocker = ssu_dispatch._sr_seed_prefetch_blocker(config, kv_config, use_replayssm)
-    assert blocker == OFF_CASES[case]
+    assert ssu_dispatch._sr_seed_prefetch_blocker(config, kv_config) == OFF_CASES[case]
 
 
 def _triton_stand_in(monkeypatch: pytest.MonkeyPatch) -> type:
@@ -334,6 +319,102 @@ def test_selective_state_update_draws_only_when_no_seed_is_given(
     assert int(launches.seeds[-1].item()) == stock_seed_after(11)
     run()
     assert launches.seeds[-1] is None
+
+
+@since("0.30.0", "ReplaySSM as initialize_mamba_ssu_backend's use_replayssm")
+def test_it_engages_with_replayssm_on_the_triton_backend(
+    engaged: list[tuple[Any, ...]], logged: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """mamba_mixer2.py's Triton ReplaySSM call takes the prefetched seed too."""
+    _triton_stand_in(monkeypatch)
+    config = mamba_config(backend=MambaBackendEnum.TRITON)
+    ssu_dispatch.initialize_mamba_ssu_backend(
+        config, kv_cache_config(mamba2=NUM_LAYERS), use_replayssm=True
+    )
+    assert [args[:2] for args in engaged] == [(NUM_LAYERS, "cuda")]
+    assert [line for line in logged if "triton ReplaySSM" in line], logged
+
+
+def run_triton_replayssm(monkeypatch: pytest.MonkeyPatch, **extra: Any) -> list[Any]:
+    """The Triton ReplaySSM kernel's wrapper on small CPU tensors, its two Triton
+    kernels stood in for; returns every argument its main kernel got."""
+    from vllm.model_executor.layers.mamba.ops import (
+        selective_state_update_replayssm_output_only as replayssm,
+    )
+
+    launched: list[Any] = []
+
+    class Launch:
+        def __getitem__(self, grid: Any) -> Callable[..., None]:
+            return lambda *args, **kw: launched.extend([*args, *kw.values()])
+
+    monkeypatch.setattr(replayssm, "_replayssm_output_only_precompute_kernel", Launch())
+    monkeypatch.setattr(replayssm, "_replayssm_output_only_kernel", Launch())
+    # No Triton on this machine: vLLM's placeholder lacks its two helpers.
+    helpers = SimpleNamespace(
+        next_power_of_2=lambda n: 1 << max(n - 1, 0).bit_length(), cdiv=lambda a, b: -(-a // b)
+    )
+    monkeypatch.setattr(replayssm, "triton", helpers)
+    # (BLOCK_SIZE_M, num_warps, tiles, num_stages), as its table would pick them.
+    monkeypatch.setattr(replayssm, "get_replayssm_config", lambda *a, **kw: (16, 4, 16, 16, 1))
+    nheads, dim, dstate, window = 2, 4, 8, 4
+    x = torch.zeros(1, nheads, dim)
+    replayssm.selective_state_update_replayssm_output_only(
+        torch.zeros(1, nheads, dim, dstate, dtype=torch.float16),
+        x,
+        torch.zeros(1, nheads, 1).expand(1, nheads, dim),  # dt: one per head
+        torch.zeros(nheads, 1, 1).expand(nheads, dim, dstate),  # A: one per head
+        torch.zeros(1, 1, dstate),
+        torch.zeros(1, 1, dstate),
+        torch.zeros(nheads, dim),
+        torch.zeros(nheads, 1).expand(nheads, dim),  # dt_bias: one per head
+        x_cache=torch.zeros(1, nheads, window, dim),
+        dt_cache=torch.zeros(1, nheads, window),
+        B_cache=torch.zeros(1, 1, window, dstate),
+        bc_pre=torch.zeros(1, 1, window),
+        write_pos=torch.zeros(1, dtype=torch.int32),
+        is_flush=torch.zeros(1, dtype=torch.bool),
+        max_cache_len=window,
+        out=torch.zeros_like(x),
+        **extra,
+    )
+    return launched
+
+
+@since("0.27.0", "the Triton ReplaySSM kernel")
+def test_the_triton_replayssm_draws_only_when_no_seed_is_given(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    given = torch.tensor([5], dtype=torch.int64)
+    torch.manual_seed(11)
+    launched = run_triton_replayssm(monkeypatch, enable_stochastic_rounding=True, rand_seed=given)
+    assert any(arg is given for arg in launched)
+    # Stock: drawn here, from where the given seed left the generator.
+    launched = run_triton_replayssm(monkeypatch, enable_stochastic_rounding=True)
+    seeds = [a for a in launched if isinstance(a, torch.Tensor) and a.dtype == torch.int64]
+    assert [int(seed.item()) for seed in seeds] == [stock_seed_after(11)]
+
+
+@since("0.27.0", "the Triton ReplaySSM kernel")
+def test_mamba_mixer2_hands_the_triton_replayssm_the_prefetched_seed() -> None:
+    """Its one call of the kernel's wrapper passes rand_seed=_prefetched_sr_seed(),
+    the function the SSU backends ask (imported, so the module loads)."""
+    import ast
+    import inspect
+
+    from vllm.model_executor.layers.mamba import mamba_mixer2
+
+    assert mamba_mixer2._prefetched_sr_seed is ssu_dispatch._prefetched_sr_seed
+    tree = ast.parse(inspect.getsource(mamba_mixer2.MambaMixer2.conv_ssm_forward).lstrip())
+    calls = [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and getattr(node.func, "id", None) == "selective_state_update_replayssm_output_only"
+    ]
+    assert len(calls) == 1
+    seed = [k.value for k in calls[0].keywords if k.arg == "rand_seed"]
+    assert [ast.unparse(v) for v in seed] == ["_prefetched_sr_seed()"]
 
 
 @only_in("reset")
