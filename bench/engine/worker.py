@@ -144,10 +144,11 @@ def _request_slots(state: Any) -> Any:
 
 def zero_states(net: Any) -> int:
     """Zeroes every Mamba-2 layer's conv and SSM state, every slot; returns the
-    layer count.  Profile, warm-up and capture forwards leave per-process bits
-    in slots no request holds yet (stock against stock differed only in such
-    slots in some compiled cells on 2026-11-30); from zero, a slot differs only
-    where a request's (or padding's) forward wrote different bits."""
+    layer count.  Profile, warm-up and capture forwards leave bits of their own
+    in slots no request holds yet; from zero, a slot differs only where a
+    request's (or padding's) forward wrote different bits.  (With prefix
+    caching a request holds a slot per block of its tokens: 3 requests of
+    5-214 scheduled tokens wrote 17 slots at step 0 on 2026-11-30.)"""
     import torch
 
     caches = _mamba_caches(net)
