@@ -151,7 +151,8 @@ BY_NAME = {arm.name: arm for arm in (*IDENTITY_ARMS, FLOOR)}
 # sets TRITON_CACHE_AUTOTUNING=1, so the first pick in the shared Triton cache
 # is every later process's: tests/gpu/vllm's identity run now lets one engine
 # pick before the others start), and Inductor benchmarks its generated
-# kernels' configs (TORCHINDUCTOR_DETERMINISTIC=1 skips that).  Second run,
+# kernels' configs (TORCHINDUCTOR_DETERMINISTIC=1 was meant to skip that; the
+# fourth run found it does not hold, below).  Second run,
 # with both: every eager cell agrees, all arms, both runners; in every
 # compiled cell each process still computes its own bits from step 0, stock
 # against stock included (bench/results/engine-nvidia-h200x2-20261130b.md).
@@ -170,7 +171,11 @@ BY_NAME = {arm.name: arm for arm in (*IDENTITY_ARMS, FLOOR)}
 # 20261130.md) ran stock V1 PIECEWISE in two processes per setting: as run,
 # on one compile's cache, and without prefix caching, the two differed from
 # step 0; with torch's deterministic algorithms (new allocations filled) they
-# agreed over all 163 steps.  So the identity run adds IDENTITY_ENV.
+# agreed over all 163 steps.  The cause: under torch 2.11 the environment
+# variable does not hold (compilation_config says why), so each process tuned
+# Inductor's reductions by its own timing.  Every engine now gets Inductor's
+# deterministic mode through compilation_config, and the identity run adds
+# IDENTITY_ENV, the setting the diagnostic showed to agree.
 DETERMINISTIC_ENV = {
     "TRITON_CACHE_AUTOTUNING": "1",
     "TORCHINDUCTOR_DETERMINISTIC": "1",

@@ -34,17 +34,14 @@ def _leaders(arm: Arm, runner: Runner) -> list[Runner]:
 
     Kernels picked by timing differ from engine to engine when engines pick
     side by side; an engine that starts after the picks are in the shared
-    caches reads them instead.  The Mamba-2 SSD prefill kernels are
-    @triton.autotune'd (vLLM sets TRITON_CACHE_AUTOTUNING=1), and Inductor
-    keeps each generated kernel's benchmarked config in its cache
-    (TORCHINDUCTOR_CACHE_DIR, shared by every worker).  Eager engines that
-    waited for stock V1's eager engine agreed, every arm on both runners, on
-    2026-11-30; compiled engines that all compiled side by side computed
-    per-process bits from step 0, with some pairs agreeing (a few choices
-    made per process, as timing picks make), with the generator at the same
-    offset in all and PYTHONHASHSEED fixed (bench/results/
-    engine-nvidia-h200x2-20261130c.md).  So stock V1 leads every mode, and
-    stock V2 too for the V2 arms (kernels only the V2 runner runs)."""
+    Triton cache reads them instead: the Mamba-2 SSD prefill kernels are
+    @triton.autotune'd (vLLM sets TRITON_CACHE_AUTOTUNING=1).  Eager engines
+    that waited for stock V1's eager engine agreed, every arm on both runners,
+    on 2026-11-30.  So stock V1 leads every mode, and stock V2 too for the V2
+    arms (kernels only the V2 runner runs).  Leading did not make the
+    compiled engines agree (run d): Inductor's picks were per process, its
+    cache under each engine's own VLLM_CACHE_ROOT; arms.compilation_config
+    now keeps Inductor from picking by timing."""
     if arm is STOCK:
         return [] if runner is Runner.V1 else [Runner.V1]
     return [Runner.V1] if runner is Runner.V1 else [Runner.V1, runner]

@@ -59,6 +59,8 @@ class Variant:
     one_compile: bool = False
 
 
+_TORCH_DETERMINISTIC = {k: v for k, v in IDENTITY_ENV.items() if k not in DETERMINISTIC_ENV}
+
 VARIANTS = (
     Variant(
         "reductions-tuned",
@@ -69,12 +71,9 @@ VARIANTS = (
         },
     ),
     Variant("as-run"),
+    Variant("torch-deterministic", _TORCH_DETERMINISTIC),
     Variant(
-        "torch-deterministic", {k: v for k, v in IDENTITY_ENV.items() if k not in DETERMINISTIC_ENV}
-    ),
-    Variant(
-        "torch-deterministic-nofill",
-        {TORCH_DETERMINISTIC_ENV: "nofill", "CUBLAS_WORKSPACE_CONFIG": ":4096:8"},
+        "torch-deterministic-nofill", {**_TORCH_DETERMINISTIC, TORCH_DETERMINISTIC_ENV: "nofill"}
     ),
 )
 

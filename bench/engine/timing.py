@@ -18,16 +18,18 @@ On 2026-11-30 (H200 x2) step_s had IQRs of 190-1250 µs at 3.1-4.1 ms per
 step with both runners measured at once; measured one after the other,
 forward_s still had IQRs of 550-1150 µs at 2.3-3.1 ms (a host-bound step:
 the GPU waits on the host inside execute_model, so its span is host time).
-Both are far above the ~70 µs at stake. Hence replay_s: in the third run
-its IQRs were 2-29 µs (bench/results/engine-nvidia-h200x2-20261130c.md). The engines run with
-arms.DETERMINISTIC_ENV, as the identity check's do: every arm then runs the
-same compiled kernels, so a difference between arms is not a different
-autotuning pick. Each round takes one sample of every (arm, batch size) of
-one runner, in an order shuffled by `random.Random(seed, runner, round)`, so
-drift over the run falls on every arm alike and no arm keeps the same
-neighbour. Intervals are percentile bootstraps over rounds (bench/stats.py),
-paired: a resample takes the same rounds for every arm, so the saving
-against stock keeps what a round's arms share.
+Both are far above the ~70 µs at stake. Hence replay_s: in the third run its
+IQRs were 2-29 µs (bench/results/engine-nvidia-h200x2-20261130c.md). The
+engines run with arms.DETERMINISTIC_ENV and, compiled, Inductor's
+deterministic mode (arms.compilation_config), as the identity check's do:
+every arm then runs the same compiled kernels, so a difference between arms
+is not a different autotuning pick (through run d it was: arms.py says why).
+Each round takes one sample of every (arm, batch size) of one runner, in an
+order shuffled by `random.Random(seed, runner, round)`, so drift over the
+run falls on every arm alike and no arm keeps the same neighbour. Intervals
+are percentile bootstraps over rounds (bench/stats.py), paired: a resample
+takes the same rounds for every arm, so the saving against stock keeps what
+a round's arms share.
 """
 
 from __future__ import annotations

@@ -153,7 +153,7 @@ def zero_states(net: Any) -> int:
 
     caches = _mamba_caches(net)
     for cache in caches:
-        for tensor in (cache[0], cache[1]):
+        for tensor in cache:
             tensor.zero_()
     torch.cuda.synchronize()
     return len(caches)

@@ -149,28 +149,37 @@ def stock_seed_after(seed: int) -> int:
     return int(torch.randint(0, 2**32, (1,)).item())
 
 
+def prefetched_then_inline(
+    call: Callable[[], None], kernel: KernelStandIn, monkeypatch: pytest.MonkeyPatch
+) -> torch.Tensor:
+    """With a prefetcher that hands out one seed, then None: the first call's
+    kernel gets that seed, the second stock's inline draw (checked against
+    stock's value); returns the second call's seed tensor."""
+    prefetched = torch.tensor([7], dtype=torch.int64)
+    monkeypatch.setattr(ssu_dispatch, "_sr_seed_prefetcher", FixedPrefetcher(prefetched, None))
+    call()
+    assert kernel.calls[-1]["rand_seed"] is prefetched
+    expected = stock_seed_after(11)
+    torch.manual_seed(11)
+    call()
+    inline = kernel.calls[-1]["rand_seed"]
+    assert inline.dtype == torch.int64 and int(inline.item()) == expected
+    return inline
+
+
 def test_the_kernel_receives_the_prefetched_seed_or_an_inline_stock_one(
     engaged: list[tuple[Any, ...]],
     kernel: KernelStandIn,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     ssu_dispatch.initialize_mamba_ssu_backend(mamba_config(), kv_cache_config(mamba2=2))
-    prefetched = torch.tensor([7], dtype=torch.int64)
-    monkeypatch.setattr(ssu_dispatch, "_sr_seed_prefetcher", FixedPrefetcher(prefetched, None))
-
-    call_ssu()
-    assert kernel.calls[-1]["rand_seed"] is prefetched
-    expected = stock_seed_after(11)
-    torch.manual_seed(11)
-    call_ssu()
-    inline = kernel.calls[-1]["rand_seed"]
-    assert inline.shape == (1,) and inline.dtype == torch.int64
-    assert int(inline.item()) == expected
+    inline = prefetched_then_inline(call_ssu, kernel, monkeypatch)
+    assert inline.shape == (1,)
 
     monkeypatch.setattr(ssu_dispatch, "_sr_seed_prefetcher", None)
     torch.manual_seed(11)
     call_ssu()
-    assert int(kernel.calls[-1]["rand_seed"].item()) == expected
+    assert int(kernel.calls[-1]["rand_seed"].item()) == stock_seed_after(11)
     # The rest of the kernel call is stock's.
     assert kernel.calls[-1]["philox_rounds"] == 5
     assert kernel.calls[-1]["cache_steps"] == 0
@@ -257,16 +266,8 @@ def test_flashinfer_replayssm_takes_the_prefetched_seed_or_draws_as_stock(
     )
     assert [args[:2] for args in engaged] == [(NUM_LAYERS, "cuda")]
     assert [line for line in logged if "flashinfer ReplaySSM" in line], logged
-    prefetched = torch.tensor([7], dtype=torch.int64)
-    monkeypatch.setattr(ssu_dispatch, "_sr_seed_prefetcher", FixedPrefetcher(prefetched, None))
-    call_replayssm()
-    assert kernel.calls[-1]["rand_seed"] is prefetched
-    # None for this call (beyond N, outside a forward): stock's inline draw.
-    expected = stock_seed_after(11)
-    torch.manual_seed(11)
-    call_replayssm()
-    inline = kernel.calls[-1]["rand_seed"]
-    assert inline.dtype == torch.int64 and int(inline.item()) == expected
+    # None for the second call (beyond N, outside a forward): stock's inline draw.
+    prefetched_then_inline(call_replayssm, kernel, monkeypatch)
     monkeypatch.setattr(ssu_dispatch, "_sr_seed_prefetcher", None)
     call_replayssm(enable_stochastic_rounding=False)
     assert kernel.calls[-1]["rand_seed"] is None
