@@ -175,7 +175,11 @@ BY_NAME = {arm.name: arm for arm in (*IDENTITY_ARMS, FLOOR)}
 # variable does not hold (compilation_config says why), so each process tuned
 # Inductor's reductions by its own timing.  Every engine now gets Inductor's
 # deterministic mode through compilation_config, and the identity run adds
-# IDENTITY_ENV, the setting the diagnostic showed to agree.
+# IDENTITY_ENV, the setting the diagnostic showed to agree.  Fifth run
+# (2026-11-30e, bench/results/engine-nvidia-h200x2-20261130e.md), with both:
+# stock against stock identical in all six cells, every arm judged and
+# identical.  Whether the compile config alone suffices is not measured
+# (reproduce.py's variants can tell).
 DETERMINISTIC_ENV = {
     "TRITON_CACHE_AUTOTUNING": "1",
     "TORCHINDUCTOR_DETERMINISTIC": "1",

@@ -625,15 +625,15 @@ def test_the_fork_script_checks_every_file_the_patch_changes() -> None:
     assert set(listed.group(1).split()) == set(paths(releases.get("0.26.0")))
 
 
-LATEST_RUN = "bench/results/engine-nvidia-h200x2-20261130d"
+LATEST_RUN = "bench/results/engine-nvidia-h200x2-20261130e"
 """The engine run the READMEs quote."""
 
 
 def test_the_latest_engine_run_reads_as_the_readmes_say() -> None:
     """The identity test itself, judging the committed records of LATEST_RUN
-    (SR_ENGINE_RECORDS): eager identical for every arm and both runners, both
-    negative controls caught, the engagement lines right, and the compiled
-    cells inconclusive (their positive control fails)."""
+    (SR_ENGINE_RECORDS): every arm identical to stock for both runners and all
+    three graph modes, stock in a second process too, both negative controls
+    caught, stock not degenerate, the engagement lines right."""
     root = Path(__file__).resolve().parents[2]
     for readme in ("README.md", "bench/README.md"):
         assert f"{LATEST_RUN}.md" in (root / readme).read_text(), readme
@@ -659,12 +659,23 @@ def test_the_latest_engine_run_reads_as_the_readmes_say() -> None:
         for line in done.stdout.splitlines()
         if line.startswith(("PASSED ", "FAILED ", "ERROR "))
     }
-    eager = {test: v for test, v in verdicts.items() if "-eager]" in test}
-    assert len(eager) == 16 and set(eager.values()) == {"PASSED"}, eager
-    assert verdicts["test_engagement_line[v1]"] == verdicts["test_engagement_line[v2]"] == "PASSED"
-    failed = sorted(test for test, v in verdicts.items() if v != "PASSED")
-    assert failed == [
-        f"test_stock_is_reproducible[{runner}-{mode}]"
-        for runner in ("v1", "v2")
-        for mode in ("FULL_AND_PIECEWISE", "PIECEWISE")
-    ], done.stdout[-3000:]
+    cells = [f"{runner}-{mode.value}" for runner in ("v1", "v2") for mode in arms.GraphMode]
+    expected = {
+        f"{test}[{cell}]"
+        for cell in cells
+        for test in ("test_stock_is_reproducible", "test_stock_is_not_degenerate")
+    }
+    expected |= {
+        f"test_identical_to_stock[{arm.name}-{cell}]"
+        for arm in arms.IDENTITY_ARMS
+        if not arm.control and arm.name not in ("stock", "stock-again")
+        for cell in cells
+    }
+    expected |= {
+        f"test_negative_control_differs[{arm.name}-{cell}]"
+        for arm in arms.IDENTITY_ARMS
+        if arm.control
+        for cell in cells
+    }
+    expected |= {"test_engagement_line[v1]", "test_engagement_line[v2]"}
+    assert verdicts == dict.fromkeys(expected, "PASSED"), done.stdout[-3000:]

@@ -11,8 +11,9 @@ state of every Mamba-2 layer, and at the end the same state bytes, token ids
 and logprobs.  "stock-again" is the positive control: two stock processes
 must compute the same bits, or a difference says nothing about the seeds; a
 cell where they do not is skipped as inconclusive for every other arm, and
-test_stock_is_reproducible fails for it (bench/engine/arms.py says what is
-known of the cause).  Two negative controls must differ: stock with one seed
+test_stock_is_reproducible fails for it (compiled cells agree only with
+deterministic kernels: bench/engine/arms.py, IDENTITY_ENV and
+compilation_config).  Two negative controls must differ: stock with one seed
 in every 40 XOR 1, and stock under another generator seed.
 
 Run on the GPU machine by tests/gpu/vllm/engine.sh, which stages the copies
