@@ -63,12 +63,14 @@ _TEMPLATE = '''\
 # SPDX-License-Identifier: Apache-2.0
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM project
 """VLLM_MAMBA_SR_SEED_PREFETCH: the seeds the FlashInfer and Triton SSU
-backends and FlashInfer's ReplaySSM hand their kernels equal stock's
-torch.randint draws, eagerly, beyond N calls, over CUDA graph replays, and
-outside a forward; on Blackwell, the Triton kernel's fp16 states equal stock's
-bit for bit."""
+backends and ReplaySSM (FlashInfer's and Triton's) hand their kernels equal
+stock's torch.randint draws, eagerly, beyond N calls, over CUDA graph replays,
+and outside a forward; on Blackwell, the Triton kernel's fp16 states equal
+stock's bit for bit."""
 
 import contextlib
+import importlib
+import inspect
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any
@@ -99,6 +101,45 @@ def _kv_cache_config(num_layers: int) -> KVCacheConfig:
     )
 
 
+TRITON_REPLAYSSM = (
+    "vllm.model_executor.layers.mamba.ops.selective_state_update_replayssm_output_only"
+)
+
+
+def _triton_replayssm() -> Any:
+    """vLLM's Triton ReplaySSM module (0.27.0 on)."""
+    return importlib.import_module(TRITON_REPLAYSSM)
+
+
+def triton_replayssm_arguments(device: str) -> tuple[list[Any], dict[str, Any]]:
+    """Arguments of a Triton ReplaySSM call that its wrapper's checks accept:
+    2 heads x 4 x 8 state, 1 group, a window of 4; dt, A and dt_bias one value
+    per head, as MambaMixer2 passes them."""
+    nheads, dim, dstate, window = 2, 4, 8, 4
+    x = torch.zeros(1, nheads, dim, device=device)
+    args = [
+        torch.zeros(1, nheads, dim, dstate, dtype=torch.float16, device=device),
+        x,
+        torch.zeros(1, nheads, 1, device=device).expand(1, nheads, dim),
+        torch.zeros(nheads, 1, 1, device=device).expand(nheads, dim, dstate),
+        torch.zeros(1, 1, dstate, device=device),
+        torch.zeros(1, 1, dstate, device=device),
+        torch.zeros(nheads, dim, device=device),
+        torch.zeros(nheads, 1, device=device).expand(nheads, dim),
+    ]
+    kwargs = dict(
+        x_cache=torch.zeros(1, nheads, window, dim, device=device),
+        dt_cache=torch.zeros(1, nheads, window, device=device),
+        B_cache=torch.zeros(1, 1, window, dstate, device=device),
+        bc_pre=torch.zeros(1, 1, window, device=device),
+        write_pos=torch.zeros(1, dtype=torch.int32, device=device),
+        is_flush=torch.zeros(1, dtype=torch.bool, device=device),
+        max_cache_len=window,
+        out=torch.zeros_like(x),
+    )
+    return args, kwargs
+
+
 def _stock_seeds(num_seeds: int) -> list[int]:
     return [
         int(torch.randint(0, 2**32, (1,), device="cuda").item())
@@ -106,19 +147,34 @@ def _stock_seeds(num_seeds: int) -> list[int]:
     ]
 
 
-class SSUHarness:
-    """Calls the real SSU backend's __call__, with other work between calls as
-    between layers; the GPU kernel is replaced by a recorder of its rand_seed
-    (FlashInfer's kernel; for Triton, the Triton kernel that stock's
-    selective_state_update launches, after its own seed handling)."""
+class NoLaunch:
+    """A Triton kernel that launches nothing (ReplaySSM's precompute kernel)."""
 
-    def __init__(self, backend: ssu_dispatch.MambaSSUBackend, replayssm: bool) -> None:
+    def __getitem__(self, grid: Any) -> Callable[..., None]:
+        return lambda *args, **kwargs: None
+
+
+class SSUHarness:
+    """Makes a Mamba-2 layer's SSU call on `path` as vLLM does, with other work
+    between calls as between layers; the GPU kernel is replaced by a recorder
+    of its rand_seed (FlashInfer's kernel; for Triton, the Triton kernel that
+    stock's wrapper launches, after its own seed handling).
+
+    path: "flashinfer" and "triton" call the SSU backend; "flashinfer-replayssm"
+    ssu_dispatch's ReplaySSM function; "triton-replayssm" the Triton ReplaySSM
+    wrapper as MambaMixer2 calls it, with the prefetched seed.
+    """
+
+    def __init__(self, backend: ssu_dispatch.MambaSSUBackend, path: str) -> None:
         self.backend = backend
-        self.replayssm = replayssm
+        self.path = path
         self.seeds: list[torch.Tensor] = []
         self.taken: list[bool] = []
         self.work = torch.ones(64, 64, device="cuda")
-        if replayssm:
+        self.kwargs: dict[str, Any] = {{}}
+        if path == "triton-replayssm":
+            self.args, self.kwargs = triton_replayssm_arguments("cuda")
+        elif path == "flashinfer-replayssm":
             # FlashInfer's ReplaySSM call as MambaMixer2 makes it: state, x, dt,
             # A, B, C, out (x-shaped where it reshapes them), the ring buffers
             # and trackers (left alone: update_trackers=False).
@@ -163,7 +219,15 @@ class SSUHarness:
     def run_layers(self, num_calls: int) -> None:
         for _ in range(num_calls):
             self.work = torch.tanh(self.work @ self.work)
-            if self.replayssm:
+            if self.path == "triton-replayssm":
+                _triton_replayssm().selective_state_update_replayssm_output_only(
+                    *self.args,
+                    **self.kwargs,
+                    enable_stochastic_rounding=True,
+                    cache_philox_rounds=5,
+                    rand_seed=ssu_dispatch._prefetched_sr_seed(),
+                )
+            elif self.path == "flashinfer-replayssm":
                 ssu_dispatch.selective_state_update_replayssm_flashinfer(
                     *self.args,
                     logical_window=4,
@@ -197,20 +261,35 @@ class CountingPrefetcher:
         return getattr(self._prefetcher, name)
 
 
-@pytest.fixture(params=["flashinfer", "triton", "flashinfer-replayssm"])
+@pytest.fixture(
+    params=["flashinfer", "triton", "flashinfer-replayssm", "triton-replayssm"]
+)
 def harness(
     monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
 ) -> SSUHarness:
-    replayssm = request.param == "flashinfer-replayssm"
-    if replayssm and not hasattr(
+    path = request.param
+    backend_name, _, replayssm = path.partition("-")
+    if path == "flashinfer-replayssm" and not hasattr(
         ssu_dispatch, "selective_state_update_replayssm_flashinfer"
     ):
-        pytest.skip("this vLLM has no ReplaySSM (added in 0.30.0)")
+        pytest.skip("this vLLM has no FlashInfer ReplaySSM (added in 0.30.0)")
+    if path == "triton-replayssm":
+        try:
+            _triton_replayssm()
+        except ModuleNotFoundError as error:
+            if error.name != TRITON_REPLAYSSM:
+                raise
+            pytest.skip("this vLLM has no Triton ReplaySSM (added in 0.27.0)")
+    # use_replayssm: where initialize_mamba_ssu_backend takes it (0.30.0 on).
+    takes_replayssm = (
+        "use_replayssm"
+        in inspect.signature(ssu_dispatch.initialize_mamba_ssu_backend).parameters
+    )
     monkeypatch.setenv("VLLM_MAMBA_SR_SEED_PREFETCH", "1")
     monkeypatch.setattr(ssu_dispatch, "_mamba_ssu_backend", None)
     monkeypatch.setattr(ssu_dispatch, "_sr_seed_prefetcher", None)
     with monkeypatch.context() as blackwell:
-        if request.param == "triton":
+        if backend_name == "triton":
             # MambaConfig refuses Triton stochastic rounding below Blackwell
             # (its kernel's cvt.rs); the kernel is replaced below, so here the
             # GPU passes for one while the backend is set up.
@@ -220,20 +299,26 @@ def harness(
                 lambda family, device_id=0: family == 100,
             )
         mamba_config = MambaConfig(
-            backend=MambaBackendEnum(request.param.removesuffix("-replayssm")),
+            backend=MambaBackendEnum(backend_name),
             enable_stochastic_rounding=True,
             stochastic_rounding_philox_rounds=5,
         )
         ssu_dispatch.initialize_mamba_ssu_backend(
             mamba_config,
             _kv_cache_config(NUM_LAYERS),
-            **({{"use_replayssm": True}} if replayssm else {{}}),
+            **({{"use_replayssm": True}} if replayssm and takes_replayssm else {{}}),
         )
     prefetcher = ssu_dispatch._sr_seed_prefetcher
     assert prefetcher is not None, "the prefetcher did not engage"
     backend = ssu_dispatch.get_mamba_ssu_backend()
-    harness = SSUHarness(backend, replayssm)
-    if replayssm:
+    harness = SSUHarness(backend, path)
+    if path == "triton-replayssm":
+        module = _triton_replayssm()
+        monkeypatch.setattr(
+            module, "_replayssm_output_only_precompute_kernel", NoLaunch()
+        )
+        monkeypatch.setattr(module, "_replayssm_output_only_kernel", harness)
+    elif path == "flashinfer-replayssm":
         monkeypatch.setattr(
             ssu_dispatch, "_flashinfer_replayssm_kernel", harness.kernel
         )

@@ -3,8 +3,9 @@ call, run for real on the CPU (both designs)."""
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Callable
-from types import SimpleNamespace
+from types import ModuleType, SimpleNamespace
 from typing import Any
 
 import pytest
@@ -23,6 +24,7 @@ from tests.vllm_patch.patched.conftest import (
     only_in,
     since,
 )
+from vllm_patch import fork_test
 
 NUM_LAYERS = 5
 
@@ -336,6 +338,16 @@ def test_it_engages_with_replayssm_on_the_triton_backend(
     assert [line for line in logged if "triton ReplaySSM" in line], logged
 
 
+def fork_test_module() -> ModuleType:
+    """The test file the patch added to this tree, imported."""
+    path = TREE / fork_test.PATH
+    spec = importlib.util.spec_from_file_location("test_sr_seed_prefetch", path)
+    assert spec is not None and spec.loader is not None, path
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def run_triton_replayssm(monkeypatch: pytest.MonkeyPatch, **extra: Any) -> list[Any]:
     """The Triton ReplaySSM kernel's wrapper on small CPU tensors, its two Triton
     kernels stood in for; returns every argument its main kernel got."""
@@ -358,27 +370,9 @@ def run_triton_replayssm(monkeypatch: pytest.MonkeyPatch, **extra: Any) -> list[
     monkeypatch.setattr(replayssm, "triton", helpers)
     # (BLOCK_SIZE_M, num_warps, tiles, num_stages), as its table would pick them.
     monkeypatch.setattr(replayssm, "get_replayssm_config", lambda *a, **kw: (16, 4, 16, 16, 1))
-    nheads, dim, dstate, window = 2, 4, 8, 4
-    x = torch.zeros(1, nheads, dim)
-    replayssm.selective_state_update_replayssm_output_only(
-        torch.zeros(1, nheads, dim, dstate, dtype=torch.float16),
-        x,
-        torch.zeros(1, nheads, 1).expand(1, nheads, dim),  # dt: one per head
-        torch.zeros(nheads, 1, 1).expand(nheads, dim, dstate),  # A: one per head
-        torch.zeros(1, 1, dstate),
-        torch.zeros(1, 1, dstate),
-        torch.zeros(nheads, dim),
-        torch.zeros(nheads, 1).expand(nheads, dim),  # dt_bias: one per head
-        x_cache=torch.zeros(1, nheads, window, dim),
-        dt_cache=torch.zeros(1, nheads, window),
-        B_cache=torch.zeros(1, 1, window, dstate),
-        bc_pre=torch.zeros(1, 1, window),
-        write_pos=torch.zeros(1, dtype=torch.int32),
-        is_flush=torch.zeros(1, dtype=torch.bool),
-        max_cache_len=window,
-        out=torch.zeros_like(x),
-        **extra,
-    )
+    # The call the fork's test makes on the GPU, so its arguments are checked here.
+    args, kwargs = fork_test_module().triton_replayssm_arguments("cpu")
+    replayssm.selective_state_update_replayssm_output_only(*args, **kwargs, **extra)
     return launched
 
 
@@ -525,7 +519,7 @@ def test_the_forks_test_file_collects_and_skips_without_a_device() -> None:
     collected = _Reports()
     exit_code = pytest.main(
         [
-            str(TREE / "tests/kernels/mamba/test_sr_seed_prefetch.py"),
+            str(TREE / fork_test.PATH),
             f"--rootdir={TREE}",
             "--import-mode=append",
             "-q",
@@ -539,9 +533,9 @@ def test_the_forks_test_file_collects_and_skips_without_a_device() -> None:
     failures = [str(report.longrepr) for report in collected.reports if report.failed]
     assert exit_code == pytest.ExitCode.OK, "\n".join(failures)
     reasons = [str(report.longrepr) for report in collected.reports if report.skipped]
-    # 4 tests x 3 (the FlashInfer and Triton SSU, FlashInfer's ReplaySSM), and
-    # the Triton kernel's state on Blackwell.
-    assert len(reasons) == 13, reasons
+    # 4 tests x 4 (the FlashInfer and Triton SSU, FlashInfer's and Triton's
+    # ReplaySSM), and the Triton kernel's state on Blackwell.
+    assert len(reasons) == 17, reasons
     blackwell = [reason for reason in reasons if "only Blackwell" in reason]
     assert len(blackwell) <= 1, reasons
     assert all(
