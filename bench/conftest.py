@@ -1,8 +1,8 @@
 """pytest wiring of the bench: options, one session per run, the tests' parameters, the summary.
 
 `pytest bench --benchmark-only` collects one test per (batch size, mode,
-variant) anywhere; without CUDA or FlashInfer each is skipped with the
-reason, and nothing touches a GPU before a test runs.  At the end of a run
+variant) anywhere; where the SSU kernel (--bench-ssu) cannot run, each is
+skipped with the reason, and nothing touches a GPU before a test runs.  At the end of a run
 that measured anything, the summary table is printed and written (.json and
 .md) under --bench-out.
 """
@@ -16,7 +16,7 @@ import pytest
 from .options import BenchOptions, add_options
 from .session import BenchSession
 from .summary import markdown, write_summary
-from .target import BenchUnavailable
+from .target import TARGETS, BenchUnavailable
 
 SESSION = pytest.StashKey[BenchSession]()
 
@@ -26,7 +26,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.stash[SESSION] = BenchSession(BenchOptions.from_config(config))
+    options = BenchOptions.from_config(config)
+    config.stash[SESSION] = BenchSession(options, locate=TARGETS[options.ssu])
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

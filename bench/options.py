@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from .target import TARGETS
+
 DEFAULT_OUT_DIR = Path(__file__).resolve().parent / "results"
 
 
@@ -44,6 +46,7 @@ class BenchOptions:
     seed: seeds the shuffled order of every interleaved round (timing.py);
         the summary records it.
     out_dir: where the summary's .json and .md go.
+    ssu: the SSU kernel the model calls, a key of target.TARGETS.
     """
 
     layers: int = 40
@@ -52,6 +55,7 @@ class BenchOptions:
     rounds: int = 50
     seed: int = 0
     out_dir: Path = DEFAULT_OUT_DIR
+    ssu: str = "flashinfer"
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> BenchOptions:
@@ -62,12 +66,24 @@ class BenchOptions:
             rounds=config.getoption("bench_rounds"),
             seed=config.getoption("bench_seed"),
             out_dir=Path(config.getoption("bench_out")),
+            ssu=config.getoption("bench_ssu"),
         )
 
     def describe(self) -> str:
         gemms = "with in_proj/out_proj GEMMs" if self.gemms else "no GEMMs"
         sizes = ",".join(map(str, self.batch_sizes))
-        return f"{self.layers} layers, {gemms}, BS {sizes}, {self.rounds} interleaved rounds"
+        return (
+            f"{self.ssu} SSU, {self.layers} layers, {gemms}, BS {sizes}, "
+            f"{self.rounds} interleaved rounds"
+        )
+
+    @property
+    def tag(self) -> str:
+        """What the summary files' names add: '-triton' for the Triton SSU, '-gemms'."""
+        parts = ([] if self.ssu == BenchOptions.ssu else [self.ssu]) + (
+            ["gemms"] if self.gemms else []
+        )
+        return "-".join(parts)
 
 
 def add_options(parser: pytest.Parser) -> None:
@@ -108,4 +124,11 @@ def add_options(parser: pytest.Parser) -> None:
         "--bench-out",
         default=str(defaults.out_dir),
         help="directory for <gpu>-<yyyymmdd>.summary.json and .md (default bench/results)",
+    )
+    group.addoption(
+        "--bench-ssu",
+        choices=tuple(TARGETS),
+        default=defaults.ssu,
+        help=f"the SSU kernel: FlashInfer's or vLLM's Triton SSU, which needs Blackwell and "
+        f"the patched vLLM (summary files get '-triton'; default {defaults.ssu})",
     )

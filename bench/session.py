@@ -235,7 +235,7 @@ class BenchSession:
                 "replays from one generator state, the generator left where stock leaves it",
                 *self.notes,
             ),
-            tag="gemms" if self.options.gemms else "",
+            tag=self.options.tag,
         )
 
     def _note(self, text: str) -> None:
