@@ -1,5 +1,5 @@
 """sr-prefetch: apply the seed-prefetch runner patch to a vLLM tree or an installed vLLM,
-and back out.
+back out, and compile the patched vLLM's seed kernel before serving (build-op).
 
 Every command first resolves its target (a vLLM tree, and the supported release
 it is based on) before it reads anything else, and refuses with a message and
@@ -9,13 +9,15 @@ exit status 1 rather than change a target it cannot patch cleanly.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import shutil
 import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
+from types import ModuleType
 
-from . import patch, releases, tree
+from . import patch, releases, tree, vendor
 from .designs import DESIGNS
 from .releases import RELEASES, Design, Site
 from .vendor import VendorError
@@ -121,6 +123,28 @@ def _parser() -> argparse.ArgumentParser:
     base_option(export, "the release to write the patch against (default: the newest)")
     export.add_argument("-o", "--output", type=Path, required=True, metavar="FILE")
     export.set_defaults(run=_export)
+
+    build_op = commands.add_parser(
+        "build-op",
+        help="compile the patched vLLM's seed kernel now, not at the first engine start",
+        description="Compile the seed kernel of the patch applied to the vLLM at PATH, or the "
+        "installed one, into torch's extension cache ($TORCH_EXTENSIONS_DIR, or "
+        "~/.cache/torch_extensions), with that vLLM's own build code: an engine started later "
+        "with the same torch, the same cache and GPUs of these architectures loads it instead "
+        "of compiling it. Needs nvcc and a C++ compiler, not a GPU. Run it where the engine's "
+        "Python is (an image build, a deployment step).",
+    )
+    target_arguments(build_op, optional=True)
+    base_option(build_op, "")
+    build_op.add_argument(
+        "--arch",
+        type=_compute_capability,
+        action="append",
+        metavar="MAJOR.MINOR",
+        help="a compute capability to compile for, e.g. 9.0 for H100/H200, 10.0 for B200 "
+        "(repeat for several; default: the GPUs this process sees)",
+    )
+    build_op.set_defaults(run=_build_op)
 
     versions = commands.add_parser(
         "versions", help="the supported releases: the call sites each has, the torch it pins"
@@ -244,6 +268,77 @@ def _export(args: argparse.Namespace) -> int:
         f"Wrote the {args.design} design as a patch against vLLM v{release.version} to "
         f"{args.output}; apply it in the fork with: git am --keep-non-patch {args.output}\n"
         "(--keep-non-patch keeps the [Mamba] tag of the subject)"
+    )
+    return 0
+
+
+def _compute_capability(text: str) -> tuple[int, int]:
+    """'9.0' -> (9, 0), as TORCH_CUDA_ARCH_LIST writes architectures."""
+    major, dot, minor = text.strip().partition(".")
+    if not (dot and major.isdigit() and minor.isdigit()):
+        raise argparse.ArgumentTypeError(
+            f"not a compute capability: {text!r} (write MAJOR.MINOR, e.g. 9.0)"
+        )
+    return int(major), int(minor)
+
+
+def vendored_seed_kernel(target: tree.Target) -> ModuleType:
+    """The seed_kernel module of the patch applied to `target`, loaded from its file.
+
+    Its build code, source path and op namespace are the ones the engine uses, so
+    what it builds is what the engine's first use finds in the cache.  It imports
+    torch and nothing of vLLM.
+    """
+    report = patch.status(target)
+    if report.problem is not None:
+        raise patch.PatchError(report.problem)
+    if report.design is None:
+        raise patch.PatchError(
+            f"no sr-prefetch design is applied to {target.root}, so it has no seed kernel; "
+            "apply one first: sr-prefetch apply"
+        )
+    stale = [r for r in report.files if r.state in ("stale", "unknown")]
+    if stale:
+        raise patch.PatchError(
+            f"the patch in {target.root} is not what this sr-prefetch applies:\n"
+            + "\n".join("\n".join(r.lines()) for r in stale)
+        )
+    path = target.root / vendor.VENDORED_PACKAGE / "seed_kernel.py"
+    spec = importlib.util.spec_from_file_location("_sr_prefetch_vendored_seed_kernel", path)
+    if spec is None or spec.loader is None:
+        raise patch.PatchError(f"{path} cannot be loaded")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _build_op(args: argparse.Namespace) -> int:
+    target = _target(args)
+    seed_kernel = vendored_seed_kernel(target)
+    capabilities = args.arch
+    if not capabilities:
+        import torch
+
+        if not torch.cuda.is_available():
+            print(
+                "sr-prefetch: this process sees no CUDA device to read the architectures "
+                "from; name them with --arch (e.g. --arch 9.0)",
+                file=sys.stderr,
+            )
+            return 1
+        capabilities = [
+            torch.cuda.get_device_capability(index) for index in range(torch.cuda.device_count())
+        ]
+    archs = ", ".join(f"{major}.{minor}" for major, minor in sorted(set(capabilities)))
+    print(f"Building the seed kernel of {_describe(target)} for compute capability {archs} ...")
+    try:
+        library = seed_kernel.build_library(capabilities)
+    except seed_kernel.SeedKernelUnavailable as error:
+        print(f"sr-prefetch: {error}", file=sys.stderr)
+        return 1
+    print(
+        f"Built {library}.\nAn engine with this torch, TORCH_EXTENSIONS_DIR and these GPU "
+        "architectures loads it at start instead of compiling it."
     )
     return 0
 

@@ -356,3 +356,88 @@ def test_a_tree_outside_git_is_patched_and_reverted(
     assert (plain / fork_test.PATH).is_file()
     assert run(capsys, "revert", plain)[0] == 0
     assert snapshot(plain) == before
+
+
+# --- build-op: the seed kernel compiled before serving ---------------------------------------
+
+
+def test_build_op_refuses_a_tree_without_the_patch(
+    small_tree: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    status, out = run(capsys, "build-op", small_tree, "--arch", "9.0")
+    assert status == 1 and "no sr-prefetch design is applied" in out, out
+    assert changed_files(small_tree) == set()
+
+
+@pytest.mark.parametrize("design", list(Design), ids=str)
+def test_build_op_builds_with_the_patched_trees_own_code(
+    small_tree: Path,
+    design: Design,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The engine's own seed_kernel module (file, source, op namespace) builds, for
+    the architectures named: what the engine's first use then finds in the cache."""
+    assert run(capsys, "apply", small_tree, "--design", design)[0] == 0
+    built: list[tuple[object, list[tuple[int, int]]]] = []
+    load = cli.vendored_seed_kernel
+
+    def vendored(target: tree.Target) -> object:
+        module = load(target)
+        monkeypatch.setattr(
+            module, "build_library", lambda caps: built.append((module, caps)) or Path("op.so")
+        )
+        return module
+
+    monkeypatch.setattr(cli, "vendored_seed_kernel", vendored)
+    status, out = run(capsys, "build-op", small_tree, "--arch", "9.0", "--arch", "10.0")
+    assert status == 0 and "Built op.so" in out, out
+    [(module, capabilities)] = built
+    package = small_tree / vendor.VENDORED_PACKAGE
+    assert Path(module.__file__) == package / "seed_kernel.py"
+    assert package / "csrc" / "stock_seeds.cu" == module.SOURCE and module.SOURCE.is_file()
+    assert module.OP_NAMESPACE == vendor.OP_NAMESPACE
+    assert capabilities == [(9, 0), (10, 0)]
+
+
+def test_build_op_says_why_it_cannot_build(
+    small_tree: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Here: torch without CUDA, or no nvcc; the engine's own message, exit status 1."""
+    assert run(capsys, "apply", small_tree)[0] == 0
+    status, out = run(capsys, "build-op", small_tree, "--arch", "9.0")
+    if status == 0:
+        pytest.skip("the seed kernel builds on this machine")
+    assert status == 1 and out.count("sr-prefetch: ") == 1, out
+    assert "built without CUDA" in out or "nvcc" in out or "failed" in out, out
+
+
+def test_build_op_without_a_gpu_asks_for_the_architectures(
+    small_tree: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import torch
+
+    assert run(capsys, "apply", small_tree)[0] == 0
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    status, out = run(capsys, "build-op", small_tree)
+    assert status == 1 and "--arch" in out, out
+
+
+def test_build_op_refuses_a_stale_vendored_copy(
+    small_tree: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run(capsys, "apply", small_tree)[0] == 0
+    kernel = small_tree / vendor.VENDORED_PACKAGE / "seed_kernel.py"
+    kernel.write_text(kernel.read_text() + "# an old copy\n")
+    status, out = run(capsys, "build-op", small_tree, "--arch", "9.0")
+    assert status == 1 and "stale" in out and "sr-prefetch revert" in out, out
+
+
+@pytest.mark.parametrize("bad", ["90", "sm_90", "9.x", ""])
+def test_build_op_refuses_a_malformed_arch(
+    bad: str, small_tree: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["build-op", str(small_tree), "--arch", bad])
+    assert exit_info.value.code == 2
+    assert "not a compute capability" in capsys.readouterr().err
