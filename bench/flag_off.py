@@ -10,9 +10,10 @@ hook, and its forward site passes None instead of a ForwardInfo:
 This measures that `with` against stock's, which opens set_forward_context
 alone, and against the patch as it was before this fast path (the seed relay
 registered on every runner, a ForwardInfo built and the hooks' context
-entered on every forward). set_forward_context is a stand-in that does
-nothing, so the figures are what the patch adds, not vLLM's own cost. CPU
-only: nothing here touches a GPU.
+entered on every forward), and flag-off's cost in two parts: its no-op item
+entered alone, and its expression evaluated alone. set_forward_context is a
+stand-in that does nothing, so the figures are what the patch adds, not
+vLLM's own cost. CPU only: nothing here touches a GPU.
 
     python -m bench.flag_off [--rounds 60] [--forwards 2000] [--out PREFIX]
 
@@ -107,6 +108,32 @@ def relay_always(runner: Runner, attn_metadata: object) -> None:
         pass
 
 
+def item_only(runner: Runner, attn_metadata: object) -> None:
+    """flag-off's parts: its no-op item entered and exited, nothing evaluated."""
+    with set_forward_context_stand_in(), ForwardHooks.UNHOOKED:
+        pass
+
+
+def expression_only(runner: Runner, attn_metadata: object) -> None:
+    """flag-off's parts: its expression evaluated (the `active` read and the
+    forward(None) call), not entered."""
+    runner.forward_hooks.forward(
+        ForwardInfo(
+            runs_ssu=runs_ssu(attn_metadata),
+            micro_batched=False,
+            full_cudagraph=False,
+        )
+        if runner.forward_hooks.active
+        else None
+    )
+    with set_forward_context_stand_in():
+        pass
+
+
+PARTS = ("parts: the no-op item alone", "parts: the expression alone")
+"""The variants that split flag-off's cost, not sites anyone runs."""
+
+
 def variants() -> dict[str, tuple[Callable[[Runner, object], None], Runner]]:
     unhooked = Runner(ForwardHooks())
     relayed = Runner(ForwardHooks())
@@ -115,6 +142,8 @@ def variants() -> dict[str, tuple[Callable[[Runner, object], None], Runner]]:
         "stock": (stock, unhooked),
         "flag-off": (flag_off, unhooked),
         "flag-off, relay always registered (before)": (relay_always, relayed),
+        PARTS[0]: (item_only, unhooked),
+        PARTS[1]: (expression_only, unhooked),
     }
 
 

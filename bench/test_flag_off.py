@@ -61,6 +61,11 @@ def test_the_timed_site_is_the_landed_one() -> None:
         n for n in ast.walk(timed) if isinstance(n, ast.FunctionDef) and n.name == "flag_off"
     )
     item = function.body[0].items[1].context_expr  # type: ignore[attr-defined]
+    # The part that evaluates the expression alone evaluates the same one.
+    part = next(
+        n for n in ast.walk(timed) if isinstance(n, ast.FunctionDef) and n.name == "expression_only"
+    )
+    assert ast.unparse(part.body[1].value) == ast.unparse(item)  # type: ignore[attr-defined]
     expected = ast.unparse(landed.body[0].value)  # type: ignore[attr-defined]
     normalized = (
         expected.replace("self.", "runner.")
