@@ -530,6 +530,10 @@ def test_timing_run_measures_runners_in_turn(tmp_path: Path) -> None:
     }
     decodes = [line.split()[0] for line in log if line.endswith("decode")]
     assert decodes, log
+    # Every engine has started before the first round.
+    starts = [i for i, line in enumerate(log) if line.endswith(" start")]
+    assert len(starts) == len(TIMING_ARMS) * len(Runner)
+    assert max(starts) < log.index(next(line for line in log if line.endswith("decode")))
     first_v2 = next(i for i, name in enumerate(decodes) if name.endswith("/v2"))
     assert all(name.endswith("/v1") for name in decodes[:first_v2]), "runners overlapped"
     assert len(decodes) == 2 * plan.rounds * len(plan.batch_sizes) * (len(TIMING_ARMS) - 1)

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import stats
-from .arms import BATCH_SIZES, DETERMINISTIC_ENV, FLOOR, STOCK, GraphMode, Runner
+from .arms import BATCH_SIZES, DETERMINISTIC_ENV, FLOOR, STOCK, Arm, GraphMode, Runner
 from .session import Settings, close_all, spawn_all, write_json
 
 
@@ -183,18 +183,17 @@ def run(
     workers = spawn(pairs, settings, "timing", DETERMINISTIC_ENV)
     failed: dict[str, str] = {}
 
-    def started(runner: Runner) -> dict[str, Any]:
-        ready = {}
-        for arm in settings.timing_arms:
-            worker = workers[arm.name, runner.value]
-            try:
-                if isinstance(worker, Exception):
-                    raise worker
-                worker.call("start", mode=GraphMode.FULL_AND_PIECEWISE.value)
-                ready[arm.name] = worker
-            except Exception as error:
-                failed[f"{arm.name}/{runner.value}"] = f"{type(error).__name__}: {error}"
-        return ready
+    def start(pair: tuple[Arm, Runner]) -> bool:
+        arm, runner = pair
+        worker = workers[arm.name, runner.value]
+        try:
+            if isinstance(worker, Exception):
+                raise worker
+            worker.call("start", mode=GraphMode.FULL_AND_PIECEWISE.value)
+            return True
+        except Exception as error:
+            failed[f"{arm.name}/{runner.value}"] = f"{type(error).__name__}: {error}"
+            return False
 
     def measure(runner: Runner, ready: dict[str, Any]) -> dict[str, Any]:
         def sample(arm: str, bs: int) -> dict:
@@ -210,12 +209,28 @@ def run(
         }
 
     try:
-        # Engines start side by side; the runners are measured one after the
-        # other, so that one's host work does not add to the other's spread.
-        runners = settings.runners
-        with ThreadPoolExecutor(max_workers=len(runners)) as pool:
-            ready = dict(zip(runners, pool.map(started, runners), strict=True))
-        results = {runner.value: measure(runner, ready[runner]) for runner in runners}
+        # Every engine starts at once (kv_cache_memory_bytes skips vLLM's memory
+        # profiling, so engines on one GPU can; one after the other, a cold
+        # start took 35-45 s per engine on 2x H200, 2026-11-30e).  The figures
+        # are of decode graph replays, whose kernels no start picks by timing:
+        # Inductor's are deterministic (compilation_config), and the Triton
+        # autotuning of a start is of the prefill kernels.  The runners are
+        # measured one after the other, so that one's host work does not add
+        # to the other's spread.
+        with ThreadPoolExecutor(max_workers=max(1, len(pairs))) as pool:
+            started = list(pool.map(start, pairs))
+        up = {(arm.name, runner): ok for (arm, runner), ok in zip(pairs, started, strict=True)}
+        results = {
+            runner.value: measure(
+                runner,
+                {
+                    arm.name: workers[arm.name, runner.value]
+                    for arm in settings.timing_arms
+                    if up[arm.name, runner]
+                },
+            )
+            for runner in settings.runners
+        }
     except BaseException:
         close_all(workers)
         raise
