@@ -34,14 +34,28 @@ class Target:
     """Versions and architecture, one line for the summary."""
 
 
+def _current_device(ssu: str) -> tuple[torch.device, str, tuple[int, int]]:
+    """The current CUDA device, its name and compute capability; raises
+    BenchUnavailable without CUDA (`ssu` names the kernel the bench would time)."""
+    if not torch.cuda.is_available():
+        raise BenchUnavailable(f"CUDA is not available: the bench times the {ssu} on a GPU")
+    device = torch.device("cuda", torch.cuda.current_device())
+    return device, torch.cuda.get_device_name(device), torch.cuda.get_device_capability(device)
+
+
+def _platform(kernel: str, capability: tuple[int, int]) -> str:
+    """The summary's one line of versions and architecture."""
+    major, minor = capability
+    return f"torch {torch.__version__} (CUDA {torch.version.cuda}), {kernel}, sm_{major}{minor}"
+
+
 def flashinfer_target() -> Target:
     """FlashInfer's `selective_state_update` on the current CUDA device.
 
     Raises BenchUnavailable without CUDA, or where FlashInfer's Mamba module
     does not import (not installed, or a dependency missing).
     """
-    if not torch.cuda.is_available():
-        raise BenchUnavailable("CUDA is not available: the bench times the FlashInfer SSU on a GPU")
+    device, gpu, capability = _current_device("FlashInfer SSU")
     try:
         flashinfer = importlib.import_module("flashinfer")
         mamba = importlib.import_module("flashinfer.mamba")
@@ -50,15 +64,12 @@ def flashinfer_target() -> Target:
             f"FlashInfer's Mamba SSU does not import ({type(exc).__name__}: {exc}); "
             "install the bench extra: pip install -e '.[bench]'"
         ) from exc
-    device = torch.device("cuda", torch.cuda.current_device())
-    major, minor = torch.cuda.get_device_capability(device)
     return Target(
         ssu=mamba.selective_state_update,
         device=device,
-        gpu=torch.cuda.get_device_name(device),
-        platform=(
-            f"torch {torch.__version__} (CUDA {torch.version.cuda}), "
-            f"FlashInfer {getattr(flashinfer, '__version__', 'unknown')}, sm_{major}{minor}"
+        gpu=gpu,
+        platform=_platform(
+            f"FlashInfer {getattr(flashinfer, '__version__', 'unknown')}", capability
         ),
     )
 
@@ -78,11 +89,8 @@ def triton_target() -> Target:
     does not import; and where its `selective_state_update` takes no rand_seed
     (an unpatched vLLM: no variant could hand it its seed).
     """
-    if not torch.cuda.is_available():
-        raise BenchUnavailable("CUDA is not available: the bench times the Triton SSU on a GPU")
-    device = torch.device("cuda", torch.cuda.current_device())
-    major, minor = torch.cuda.get_device_capability(device)
-    gpu = torch.cuda.get_device_name(device)
+    device, gpu, capability = _current_device("Triton SSU")
+    major, minor = capability
     if major < BLACKWELL_MAJOR:
         raise BenchUnavailable(
             f"the Triton SSU rounds stochastically with the PTX instruction cvt.rs.f16x2.f32, "
@@ -106,10 +114,7 @@ def triton_target() -> Target:
         ssu=TritonSsu(kernel),
         device=device,
         gpu=gpu,
-        platform=(
-            f"torch {torch.__version__} (CUDA {torch.version.cuda}), "
-            f"vLLM {vllm.__version__} Triton SSU, sm_{major}{minor}"
-        ),
+        platform=_platform(f"vLLM {vllm.__version__} Triton SSU", capability),
     )
 
 
