@@ -183,17 +183,15 @@ def run(
     workers = spawn(pairs, settings, "timing", DETERMINISTIC_ENV)
     failed: dict[str, str] = {}
 
-    def start(pair: tuple[Arm, Runner]) -> bool:
+    def start(pair: tuple[Arm, Runner]) -> None:
         arm, runner = pair
         worker = workers[arm.name, runner.value]
         try:
             if isinstance(worker, Exception):
                 raise worker
             worker.call("start", mode=GraphMode.FULL_AND_PIECEWISE.value)
-            return True
         except Exception as error:
             failed[f"{arm.name}/{runner.value}"] = f"{type(error).__name__}: {error}"
-            return False
 
     def measure(runner: Runner, ready: dict[str, Any]) -> dict[str, Any]:
         def sample(arm: str, bs: int) -> dict:
@@ -218,15 +216,14 @@ def run(
         # measured one after the other, so that one's host work does not add
         # to the other's spread.
         with ThreadPoolExecutor(max_workers=max(1, len(pairs))) as pool:
-            started = list(pool.map(start, pairs))
-        up = {(arm.name, runner): ok for (arm, runner), ok in zip(pairs, started, strict=True)}
+            list(pool.map(start, pairs))
         results = {
             runner.value: measure(
                 runner,
                 {
                     arm.name: workers[arm.name, runner.value]
                     for arm in settings.timing_arms
-                    if up[arm.name, runner]
+                    if f"{arm.name}/{runner.value}" not in failed
                 },
             )
             for runner in settings.runners
