@@ -55,8 +55,6 @@ ROOT = Path("/tmp/sr-reproduce")
 class Variant:
     name: str
     env: dict[str, str] = field(default_factory=dict)
-    # The second process starts after the first, on its compile cache.
-    one_compile: bool = False
 
 
 _TORCH_DETERMINISTIC = {k: v for k, v in IDENTITY_ENV.items() if k not in DETERMINISTIC_ENV}
@@ -78,10 +76,6 @@ VARIANTS = (
 )
 
 
-def _cache_root(variant: Variant, process: int) -> Path:
-    return ROOT / variant.name / ("shared" if variant.one_compile else str(process))
-
-
 def _record(variant: Variant, process: int, settings: Settings, gpu: str) -> dict[str, Any]:
     worker = Worker.spawn(
         STOCK,
@@ -90,7 +84,7 @@ def _record(variant: Variant, process: int, settings: Settings, gpu: str) -> dic
         model_dir=settings.write_model(),
         gpu=gpu,
         log_dir=settings.out / "reproduce" / variant.name / str(process),
-        cache_root=_cache_root(variant, process),
+        cache_root=ROOT / variant.name / str(process),
         extra_env={**DETERMINISTIC_ENV, **variant.env},
     )
     try:
@@ -103,11 +97,8 @@ def _record(variant: Variant, process: int, settings: Settings, gpu: str) -> dic
 
 
 def run_variant(variant: Variant, settings: Settings, gpu: str) -> dict[str, Any]:
-    if variant.one_compile:
-        records = [_record(variant, process, settings, gpu) for process in (0, 1)]
-    else:
-        with ThreadPoolExecutor(max_workers=2) as pool:
-            records = list(pool.map(lambda p: _record(variant, p, settings, gpu), (0, 1)))
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        records = list(pool.map(lambda p: _record(variant, p, settings, gpu), (0, 1)))
     compact = [report.compact_record(r) for r in records]
     return {"verdict": report.compare(*compact), "gpu": gpu, "records": compact}
 
