@@ -697,5 +697,14 @@ def stdlib_import(node: ast.AST) -> bool:
     return False
 
 
+def same_syntax(code: str) -> Callable[[ast.AST], bool]:
+    """Matches a node written as `code`, one statement or expression, whatever its
+    layout: the same syntax tree (ast.dump, which leaves positions out)."""
+    (statement,) = ast.parse(code.strip()).body
+    expected = statement.value if isinstance(statement, ast.Expr) else statement
+    dump = ast.dump(expected)
+    return lambda node: isinstance(node, type(expected)) and ast.dump(node) == dump
+
+
 def imports_from(module: str) -> Callable[[ast.AST], bool]:
     return lambda node: isinstance(node, ast.ImportFrom) and node.module == module

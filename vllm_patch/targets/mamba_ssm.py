@@ -12,7 +12,7 @@ from __future__ import annotations
 import ast
 
 from ..releases import Design
-from ..syntax import AddArgument, FileOperations, Find, WrapInIf
+from ..syntax import AddArgument, FileOperations, Find, WrapInIf, same_syntax
 
 PATH = "vllm/model_executor/layers/mamba/ops/mamba_ssm.py"
 FUNCTION = "selective_state_update"
@@ -24,8 +24,6 @@ rand_seed = (
 )
 """
 """Stock's draw statement, matched by its syntax."""
-
-_DRAW_DUMP = ast.dump(ast.parse(STOCK_DRAW).body[0])
 
 
 def operations(design: Design) -> FileOperations:
@@ -55,7 +53,7 @@ def seed_parameter(path: str, function: str) -> FileOperations:
                     function,
                     "statement `rand_seed = torch.randint(...) if enable_stochastic_rounding "
                     "else None`",
-                    lambda n: isinstance(n, ast.Assign) and ast.dump(n) == _DRAW_DUMP,
+                    same_syntax(STOCK_DRAW),
                 ),
                 code="rand_seed is None",
             ),

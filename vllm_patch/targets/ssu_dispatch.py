@@ -29,6 +29,7 @@ from ..syntax import (
     is_call,
     landing,
     only_where,
+    same_syntax,
     stdlib_import,
 )
 
@@ -40,11 +41,6 @@ STOCK_DRAW = "torch.randint(0, 2**32, (1,), device=state.device)"
 PATCHED_DRAW = "self._next_rand_seed(state.device)"
 
 INIT = "initialize_mamba_ssu_backend"
-
-
-def _same_syntax(expected: str):
-    dump = ast.dump(ast.parse(expected, mode="eval").body)
-    return lambda node: isinstance(node, ast.expr) and ast.dump(node) == dump
 
 
 def _mamba_types(source: Source) -> dict[str, str]:
@@ -90,7 +86,6 @@ rand_seed = (
 )
 """
 """Stock's draw in FlashInfer's ReplaySSM call, matched by its syntax."""
-_REPLAYSSM_DRAW_DUMP = ast.dump(ast.parse(REPLAYSSM_DRAW).body[0])
 
 
 def _replayssm_operations() -> list[Operation]:
@@ -99,7 +94,7 @@ def _replayssm_operations() -> list[Operation]:
     draw = Find(
         REPLAYSSM,
         "statement `rand_seed = torch.randint(...) if enable_stochastic_rounding else None`",
-        lambda n: isinstance(n, ast.Assign) and ast.dump(n) == _REPLAYSSM_DRAW_DUMP,
+        same_syntax(REPLAYSSM_DRAW),
     )
     return [
         only_where(
@@ -155,7 +150,7 @@ def _shared(design: Design) -> list[Operation]:
             at=Find(
                 "FlashInferSSUBackend.__call__",
                 f"`{STOCK_DRAW}`",
-                _same_syntax(STOCK_DRAW),
+                same_syntax(STOCK_DRAW),
                 expression=True,
             ),
             code=PATCHED_DRAW,
