@@ -217,7 +217,8 @@ class BenchSession:
                 "variants: stock = randint before each SSU (vLLM 0.33.0); baseline = "
                 "ForwardContextSeedPrefetcher (the seed document's design, its defaults); "
                 "explicit-<sync plan>-<drawer> = SRSeedPrefetcher behind ForwardHooks; "
-                "floor = one fixed seed tensor, no draws",
+                "floor = one fixed seed tensor, no draws; floor-rng = the floor plus one "
+                "one-element draw per forward",
                 self.shape.describe(),
                 self.options.describe(),
                 f"median of the interleaved rounds; a sample is the CUDA-event time of "
@@ -227,10 +228,10 @@ class BenchSession:
                 f"by random.Random seeded from --bench-seed {self.options.seed} "
                 f"('{self.options.seed}:bs<N>:<pass>', pass eager, graph or host)",
                 f"spread: IQR of the samples; {CONFIDENCE:.0%} CI of each median and of the "
-                f"ratio and recovered share: percentile bootstrap, {RESAMPLES} resamples of the "
+                f"ratio and recovered shares: percentile bootstrap, {RESAMPLES} resamples of the "
                 f"rounds paired across variants, seed {BOOTSTRAP_SEED} (none below "
                 f"{MIN_SAMPLES} rounds); ties: 95% CIs of the medians overlap",
-                "seed check passed by every measured variant but the floor: each layer's seed "
+                "seed check passed by every measured variant but the floors: each layer's seed "
                 f"equal to stock's over {CHECK_STEPS} eager steps and {CHECK_STEPS} graph "
                 "replays from one generator state, the generator left where stock leaves it",
                 *self.notes,

@@ -65,6 +65,7 @@ def many_cells(rounds: int = 40) -> list[Cell]:
                 ("ours", 175.0),
                 ("close", 175.3),
                 ("far", 200.0),
+                ("floor-rng", 165.0),
                 ("floor", 160.0),
             ):
                 cells.append(
@@ -116,7 +117,7 @@ def test_too_few_rounds_give_quartiles_but_no_intervals_or_ties():
     assert (ours.median_ci95_us, ours.ratio_ci95, ours.recovered_ci95) == (None, None, None)
     assert ours.ties == ()
     text = markdown(summarize(few_cells()), INFO)
-    assert "| ours | 175.0 | n/a | 5.0 | 0.754 n/a | 0.74 n/a | n/a |" in text
+    assert "| ours | 175.0 | n/a | 5.0 | 0.754 n/a | 0.74 n/a | - | n/a |" in text
     assert "Fastest seed path by median: ours, 175.0 µs; no intervals" in text
 
 
@@ -137,6 +138,27 @@ def test_intervals_hold_their_figures_and_pair_the_rounds():
     stock = by_key["stock", "graph", 1]
     assert stock.ratio_ci95 == (1.0, 1.0) and stock.recovered_ci95 == (0.0, 0.0)
     assert by_key["floor", "graph", 1].recovered_ci95 == (1.0, 1.0)
+
+
+def test_the_drawing_floor_is_a_second_reference_and_no_contender():
+    rows = summarize(many_cells(), resamples=RESAMPLES)
+    by_key = {(row.variant, row.mode, row.batch_size): row for row in rows}
+    ours, drawing = by_key["ours", "graph", 1], by_key["floor-rng", "graph", 1]
+    stock = by_key["stock", "graph", 1]
+    removable = stock.median_us - drawing.median_us
+    assert ours.recovered_vs_drawing_floor == pytest.approx(
+        (stock.median_us - ours.median_us) / removable
+    )
+    assert ours.recovered_vs_drawing_floor > ours.recovered  # a smaller denominator
+    low, high = ours.recovered_vs_drawing_floor_ci95
+    assert low <= ours.recovered_vs_drawing_floor <= high
+    assert drawing.recovered_vs_drawing_floor_ci95 == (1.0, 1.0)
+    assert stock.recovered_vs_drawing_floor_ci95 == (0.0, 0.0)
+    group = [row for row in rows if (row.mode, row.batch_size) == ("graph", 1)]
+    assert fastest(group).variant == "ours"  # not floor-rng, though faster
+    text = markdown(rows, INFO, RESAMPLES)
+    assert "| recovered vs floor-rng [95% CI] |" in text
+    assert f"| floor-rng | {drawing.median_us:.1f} |" in text
 
 
 def test_ties_are_overlapping_intervals():
@@ -188,6 +210,8 @@ def test_json_rows_have_the_documented_keys(tmp_path):
         "ratio_ci95",
         "recovered",
         "recovered_ci95",
+        "recovered_vs_drawing_floor",
+        "recovered_vs_drawing_floor_ci95",
         "ties",
         "host_us",
         "host_ci95_us",
@@ -220,7 +244,7 @@ def test_markdown_shows_tables_command_and_why_variants_are_missing():
     assert "# SSU seed step time: NVIDIA H200, 2026-11-29" in text
     assert "`pytest bench --benchmark-only`" in text
     assert "- torch 2.11" in text
-    assert "| stock | 1300.0 | n/a | 0.0 | 1.000 | 0.00 | n/a | 1205 n/a, IQR 5 |" in text
+    assert "| stock | 1300.0 | n/a | 0.0 | 1.000 | 0.00 | - | n/a | 1205 n/a, IQR 5 |" in text
     assert "| kernel | skipped |" in text and "| wrong | **FAILED** |" in text
     assert "- kernel: skipped: nvcc missing" in text
     assert "- wrong: failed: 3 of 120 seeds differ" in text

@@ -10,8 +10,11 @@
   for every sync plan in `runner_hooks.sync.SYNC_PLANS` and every drawer in
   `runner_hooks.drawers.DRAWERS` found at run time, so new ones join the
   bench without edits here.
-* floor: one fixed seed tensor, nothing drawn; the no-RNG-cost reference
-  (its seeds are fixed by design, so it is exempt from the seed check).
+* floor-rng: the floor plus one one-element draw from the default generator
+  per forward, the drawing floor (summary.FLOOR_RNG says what it costs);
+* floor: one fixed seed tensor, nothing drawn; the no-RNG-cost reference.
+
+The two floors' seeds are fixed by design, so they are exempt from the seed check.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from runner_hooks.drawers import DRAWERS, SEED_HIGH
 from runner_hooks.sync import SYNC_PLANS
 
 from .model import DecodeModel
-from .summary import FLOOR, STOCK
+from .summary import FLOOR, FLOOR_RNG, STOCK
 
 
 class SeedSource(Protocol):
@@ -73,6 +76,20 @@ class FloorSource:
 
     def seed(self) -> torch.Tensor:
         return self._seed
+
+
+class DrawingFloorSource(FloorSource):
+    """The floor plus one one-element draw from the default generator as each forward
+    begins (inside the graph when captured): the least any path that draws
+    stock's seeds from that generator can cost."""
+
+    def __init__(self, device: torch.device) -> None:
+        super().__init__(device)
+        self._draw = torch.empty(1, dtype=torch.int64, device=device)
+
+    def forward_scope(self, captured: bool) -> AbstractContextManager[object]:
+        self._draw.random_(0, SEED_HIGH)
+        return nullcontext()
 
 
 def _prefetched_or_stock(
@@ -144,7 +161,7 @@ class VariantSpec:
 
 
 def variant_specs() -> list[VariantSpec]:
-    """Every variant, in the order the tables list them: stock, baseline, ours..., floor."""
+    """Every variant, in the order the tables list them: stock, baseline, ours..., floors."""
     specs = [
         VariantSpec(STOCK, lambda layers, device: StockSource(device)),
         VariantSpec("baseline", ContextIdentitySource),
@@ -153,6 +170,11 @@ def variant_specs() -> list[VariantSpec]:
         for drawer in DRAWERS:
             build = functools.partial(_explicit, sync_plan=plan, drawer=drawer)
             specs.append(VariantSpec(f"explicit-{plan}-{drawer}", build))
+    specs.append(
+        VariantSpec(
+            FLOOR_RNG, lambda layers, device: DrawingFloorSource(device), seed_checked=False
+        )
+    )
     specs.append(VariantSpec(FLOOR, lambda layers, device: FloorSource(device), seed_checked=False))
     return specs
 
