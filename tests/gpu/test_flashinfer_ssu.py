@@ -1,9 +1,13 @@
-"""The real FlashInfer SSU's new state with prefetched seeds equals stock's, bit for bit.
+"""The real FlashInfer SSUs' new state with prefetched seeds equals stock's, bit for bit.
 
 Stochastic rounding makes the fp16 state depend on the seed; these tests run
 the SSU of several layers with stock's inline seeds and with each design's
 prefetched seeds, eagerly and over CUDA-graph replays, and compare the states'
-raw bits.
+raw bits.  Two kernels: `selective_state_update`, and ReplaySSM's
+`checkpointing_ssu` (vLLM 0.30+'s `selective_state_update_replayssm_flashinfer`),
+in the FlashInfer releases that have it (0.7.2 does; it builds for sm_80 on,
+rounding in software below Blackwell).  ReplaySSM's first JIT build is slow:
+on an H200 it had not finished after 165 s (2026-11-30).
 """
 
 from __future__ import annotations
@@ -22,6 +26,13 @@ ssu = pytest.importorskip("flashinfer.mamba", reason="needs FlashInfer").selecti
 
 LAYERS, BATCH, HEADS, HEAD_DIM, STATE, GROUPS = 6, 4, 8, 64, 128, 2
 PHILOX_ROUNDS = 5
+RING = 8
+"""ReplaySSM's ring rows per slot: a replay window of RING - 1 cached tokens
+beside the one new token of a decode step."""
+REPLAYED = RING - 1
+"""Cached tokens each ReplaySSM call replays (prev_num_accepted_tokens): with
+that plus the new token past the replay window (RING - 1), every call
+checkpoints, i.e. writes the fp16 state back, rounding it with its seed."""
 
 
 class MambaLayers:
@@ -71,10 +82,81 @@ class MambaLayers:
         return self.states.view(torch.int16).clone()
 
 
-@pytest.fixture(scope="module")
-def layers() -> MambaLayers:
-    model = MambaLayers(torch.device("cuda", torch.cuda.current_device()))
-    model.forward(lambda: torch.zeros(1, dtype=torch.int64, device=model.x.device))  # JIT build
+class ReplaySsmLayers(MambaLayers):
+    """The same layers through ReplaySSM, called as vLLM's
+    `selective_state_update_replayssm_flashinfer` calls it for one decode token
+    (inputs with a token axis, each layer's ring of cached tokens), with every
+    call replaying REPLAYED cached tokens and writing the state back."""
+
+    def __init__(self, device: torch.device, kernel: Callable[..., torch.Tensor]) -> None:
+        super().__init__(device)
+        self._kernel = kernel
+        cached = torch.Generator(device).manual_seed(8)
+        x_ring = torch.randn(LAYERS, BATCH, HEADS, RING, HEAD_DIM, generator=cached, device=device)
+        b_ring = torch.randn(LAYERS, BATCH, GROUPS, RING, STATE, generator=cached, device=device)
+        dt_ring = torch.rand(LAYERS, BATCH, HEADS, RING, generator=cached, device=device) / 2
+        # x's and B's dtype; dt is cached processed (bias and softplus applied), float32
+        self.initial_rings = (x_ring.to(torch.bfloat16), b_ring.to(torch.bfloat16), dt_ring)
+        self.rings = tuple(ring.clone() for ring in self.initial_rings)
+        self.ring_start = torch.zeros(LAYERS, BATCH, dtype=torch.int32, device=device)
+        self.replayed = torch.full_like(self.ring_start, REPLAYED)
+        # One token per sequence: vLLM unsqueezes the token axis (dim 1).
+        self.x, self.dt, self.B, self.C, self.out = (
+            tensor.unsqueeze(1) for tensor in (self.x, self.dt, self.B, self.C, self.out)
+        )
+
+    def reset(self) -> None:
+        super().reset()
+        for ring, initial in zip(self.rings, self.initial_rings, strict=True):
+            ring.copy_(initial)
+        self.ring_start.zero_()
+        self.replayed.fill_(REPLAYED)
+
+    def forward(self, seed: Callable[[], torch.Tensor]) -> None:
+        x_ring, b_ring, dt_ring = self.rings
+        for layer in range(LAYERS):
+            self._kernel(
+                self.states[layer],
+                x_ring[layer],
+                b_ring[layer],
+                dt_ring[layer],
+                self.ring_start[layer],
+                self.replayed[layer],
+                self.x,
+                self.dt,
+                self.A,
+                self.B,
+                self.C,
+                self.out,
+                D=self.D,
+                dt_bias=self.dt_bias,
+                dt_softplus=True,
+                state_batch_indices=self.slots,
+                pad_slot_id=-1,
+                rand_seed=seed(),
+                philox_rounds=PHILOX_ROUNDS,
+            )
+
+
+@pytest.fixture(scope="module", params=["ssu", "replayssm"])
+def layers(request: pytest.FixtureRequest) -> MambaLayers:
+    device = torch.device("cuda", torch.cuda.current_device())
+    if request.param == "ssu":
+        model = MambaLayers(device)
+    else:
+        replay = pytest.importorskip(
+            "flashinfer.mamba.checkpointing_ssu",
+            reason="this FlashInfer has no ReplaySSM (checkpointing_ssu)",
+        )
+        sources = pytest.importorskip("flashinfer.jit.env").FLASHINFER_CSRC_DIR
+        if not (sources / "checkpointing_ssu.cu").is_file():
+            pytest.skip(
+                f"{sources} lacks checkpointing_ssu.cu, which ReplaySSM's JIT build needs "
+                "(a FlashInfer wheel trimmed to the plain SSU's sources)"
+            )
+        model = ReplaySsmLayers(device, replay.checkpointing_ssu)
+    model.forward(lambda: torch.zeros(1, dtype=torch.int64, device=device))  # JIT build
+    model.reset()
     return model
 
 
