@@ -337,6 +337,34 @@ def test_replay_spans_sum_each_steps_replays() -> None:
     assert spans.per_step([1, 1, 3]) == [1e-3, 6e-3]
 
 
+def test_replay_spans_start_behind_a_spin(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The start event is recorded after the spin and before the replay, so the
+    host's enqueuing of the replay falls inside the spin, not the span."""
+    import torch
+
+    calls: list[str] = []
+
+    class Event:
+        def __init__(self, enable_timing: bool) -> None:
+            assert enable_timing
+
+        def record(self) -> None:
+            calls.append("record")
+
+    class Graph:
+        def replay(self) -> None:
+            calls.append("replay")
+
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", Graph)
+    monkeypatch.setattr(torch.cuda, "Event", Event)
+    monkeypatch.setattr(torch.cuda, "_sleep", lambda cycles: calls.append(f"spin {cycles}"))
+    spans = worker.ReplaySpans()
+    spans.install()
+    Graph().replay()
+    assert calls == [f"spin {worker.SPIN_CYCLES}", "record", "replay", "record"]
+    assert len(spans.pairs) == 1
+
+
 def test_report_cli(tmp_path: Path) -> None:
     identity = tmp_path / "identity.json"
     identity.write_text(json.dumps({"records": {"stock/v1/eager": _record(["a"], [1])}}))

@@ -10,10 +10,13 @@ decodes):
   execute_model as the GPU's timeline sees it (CUDA events, worker.py's
   ForwardSpans), without the scheduler's and sampler's host time;
 - replay_s: the median over those steps of the GPU time of the step's CUDA
-  graph replays (worker.py's ReplaySpans). A replay is one launch, so this
-  is the forward's kernels back to back, whatever the host does: under FULL
-  graphs, where the in-graph seed draws are, and what the microbenchmark's
-  graph mode times.
+  graph replays (worker.py's ReplaySpans): torch's replay prologue (two fill
+  kernels, for a graph that draws) and the graph, one launch, back to back
+  behind a spin that lets the host enqueue them first: under FULL graphs, where
+  the in-graph seed draws are, and what the microbenchmark's graph mode
+  times.  Runs up to f had no spin, so on an idle GPU their spans also held
+  the host's time to enqueue the replay, longer for graphs that draw than
+  for the floor's.
 On 2026-11-30 (H200 x2) step_s had IQRs of 190-1250 µs at 3.1-4.1 ms per
 step with both runners measured at once; measured one after the other,
 forward_s still had IQRs of 550-1150 µs at 2.3-3.1 ms (a host-bound step:

@@ -304,12 +304,24 @@ class ForwardSpans:
         return [start.elapsed_time(end) / 1e3 for start, end in pairs]
 
 
+SPIN_CYCLES = 200_000
+"""GPU clock cycles the stream spins before each replay's start event (about
+100 µs on an H200): longer than the host takes to enqueue the replay."""
+
+
 class ReplaySpans:
     """CUDA events around every CUDA graph replay of this process.
 
-    A replay is one launch, so its pair spans the graph's kernels back to
-    back on the GPU, whatever the host does around it: under FULL graphs, a
-    decode forward's GPU time, where the in-graph seed draws are.
+    `CUDAGraph.replay()` enqueues torch's replay prologue (for a graph that
+    draws from a generator, two fill kernels that hand it the generator's seed
+    and offset) and then the graph, one launch.  On an idle GPU a start event
+    recorded just before would also time the host enqueuing those, which only
+    graphs that draw pay: the floor's graph draws nothing.  So the stream
+    first spins (`SPIN_CYCLES`), the start event is recorded behind the spin,
+    and by the time it fires the host has enqueued the whole replay: the pair
+    spans the prologue's kernels and the graph's back to back on the GPU, what
+    the microbenchmark's graph mode times.  Runs up to f (2026-11-30) recorded
+    the start without the spin.
     """
 
     def __init__(self) -> None:
@@ -324,6 +336,7 @@ class ReplaySpans:
         def replay(graph: Any) -> None:
             start = torch.cuda.Event(enable_timing=True)
             end = torch.cuda.Event(enable_timing=True)
+            torch.cuda._sleep(SPIN_CYCLES)
             start.record()
             original(graph)
             end.record()
