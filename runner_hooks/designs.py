@@ -31,19 +31,20 @@ DEFAULT_SYNC_PLANS: dict[str, str] = {
     "randint": "geometric",
 }
 """Each drawer's plan when none is given, by measurement (bench/results,
-nvidia-h200-20261130: medians with 95% intervals over 150 shuffled rounds): with
-the kernel, the current stream is the fastest eagerly (or ties, at BS 2 and 8);
-under graphs it ties a single event on a side stream at BS 4 and 8 but is about
-3 µs slower at BS 1 and 2 (175.6 vs 172.7, 287.9 vs 284.0 µs), where the side
-stream wins; with randint, geometric gives up a few points of per_seed's
-graph-mode gain for an eager forward far cheaper than per_seed's.  The kernel
-keeps the current stream: in the patched vLLM engine, a single event on a side
-stream tied with it at every batch size on both runners (graph replay time,
-bench/results/engine-nvidia-h200x2-20261130d.md), so the 3 µs it gives up at
-BS 1-2 in the microbenchmark is below what a real step resolves, while eager
-forwards (mixed prefill/decode steps run eagerly even under PIECEWISE graphs)
-are faster on the current stream.  A drawer not listed gets
-FALLBACK_SYNC_PLAN."""
+nvidia-h200-20261130 and -20261130b: medians with 95% intervals over 150 and
+100 shuffled rounds): with the kernel, the current stream is the fastest
+eagerly (1728 against 1815 µs for a single event on a side stream at BS 1,
+b), and under graphs it ties a single event at BS 4 and 8, is ahead at BS 2
+and 1.2 µs behind at BS 1 (b); with randint, geometric gives up a few points
+of per_seed's graph-mode gain for an eager forward far cheaper than
+per_seed's.  The kernel keeps the current stream: in the patched vLLM engine
+(graph replay time, bench/results/engine-nvidia-h200x2-20261130f.md) a single
+event on a side stream tied with it on V1 and was 9-19 µs ahead on V2 with
+intervals that overlap the default's at every batch size, which does not
+outweigh eager forwards (mixed prefill/decode steps run eagerly even under
+PIECEWISE graphs) being faster on the current stream.  That engine run's
+replay spans also held host time (its report says why); the next one decides
+again.  A drawer not listed gets FALLBACK_SYNC_PLAN."""
 FALLBACK_SYNC_PLAN = "geometric"
 
 
