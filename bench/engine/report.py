@@ -210,6 +210,50 @@ def timing_markdown(
     return "\n".join(out) + "\n"
 
 
+KERNEL_NAME_CHARS = 70
+"""Kernel names are C++ templates; the tables show their start."""
+
+
+def _kernel(name: str) -> str:
+    short = name if len(name) <= KERNEL_NAME_CHARS else name[: KERNEL_NAME_CHARS - 1] + "…"
+    return "`" + short.replace("|", "\\|") + "`"
+
+
+def profile_markdown(timing: dict[str, Any]) -> str:
+    """Per runner and batch size, each arm's GPU kernels per decode step
+    (worker.py's profile): launches and device µs in all, and the kernels
+    launched a different number of times than in stock."""
+    out = []
+    for runner, result in timing["runners"].items():
+        profiles = result.get("profile") or {}
+        stock = profiles.get(STOCK.name, {})
+        for bs in sorted({bs for per_bs in profiles.values() for bs in per_bs}, key=int):
+            out.append(f"\n**{runner}, BS {bs}: GPU kernels per decode step** (torch.profiler)\n")
+            out.append(
+                "| arm | launches | device µs "
+                "| kernels launched other than in stock: the arm's launches (µs) vs stock's |"
+            )
+            out.append("| --- | ---: | ---: | --- |")
+            base = {name: (n, us) for name, n, us in stock.get(bs, {}).get("kernels", [])}
+            for arm, per_bs in profiles.items():
+                if bs not in per_bs:
+                    continue
+                kernels = {name: (n, us) for name, n, us in per_bs[bs]["kernels"]}
+                launches = sum(n for n, _ in kernels.values())
+                device_us = sum(us for _, us in kernels.values())
+                none = (0, 0.0)
+                differ = [
+                    f"{_kernel(name)} {kernels.get(name, none)[0]:g} "
+                    f"({kernels.get(name, none)[1]:.1f} µs) vs {base.get(name, none)[0]:g} "
+                    f"({base.get(name, none)[1]:.1f} µs)"
+                    for name in sorted(kernels.keys() | base.keys())
+                    if kernels.get(name, none)[0] != base.get(name, none)[0]
+                ]
+                shown = "-" if arm == STOCK.name or not base else "; ".join(differ) or "none"
+                out.append(f"| {arm} | {launches:g} | {device_us:.1f} | {shown} |")
+    return "\n".join(out) + "\n"
+
+
 def from_partials(specs: Sequence[str]) -> dict[str, Any]:
     """timing.json's shape from RUNNER=PATH partial files."""
     runners = {}
@@ -271,6 +315,8 @@ def main(argv: list[str] | None = None) -> int:
             predictions(json.loads(args.microbench.read_text())) if args.microbench else None
         )
         parts.append("## Decode step time\n" + timing_markdown(timing, predicted))
+        if any(result.get("profile") for result in timing["runners"].values()):
+            parts.append("## GPU kernels per decode step\n" + profile_markdown(timing))
     args.prefix.with_suffix(".md").write_text("\n".join(parts))
     return 0
 

@@ -365,6 +365,82 @@ def test_replay_spans_start_behind_a_spin(monkeypatch: pytest.MonkeyPatch) -> No
     assert len(spans.pairs) == 1
 
 
+def test_kernels_per_step_reads_torchs_averages() -> None:
+    class Average:
+        def __init__(self, key: str, count: int, device_us: float) -> None:
+            self.key, self.count, self.self_device_time_total = key, count, device_us
+
+    class OldAverage:  # torch before 2.4
+        key, count, self_cuda_time_total = "old_kernel", 8, 16.0
+
+    averages = [Average("ssu", 160, 800.0), Average("cpu_only_op", 4, 0.0), OldAverage()]
+    assert worker.kernels_per_step(averages, steps=4) == [
+        ["ssu", 40.0, 200.0],
+        ["old_kernel", 2.0, 4.0],
+    ]
+
+
+def test_the_timing_profiles_every_engine_after_the_rounds(tmp_path: Path) -> None:
+    calls: list[tuple[str, str, dict]] = []
+
+    class Quick:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def call(self, op: str, **args: object) -> dict:
+            calls.append((self.name, op, args))
+            if op == "profile":
+                return {"steps": args["steps"], "kernels": [["k", 1.0, 2.0]]}
+            return {"start_s": 1.0} if op == "start" else {"step_s": 3e-3}
+
+        def engagement(self) -> list[str]:
+            return []
+
+        def close(self) -> None:
+            pass
+
+    def spawn(pairs, settings, tag, extra_env):
+        return {(a.name, r.value): Quick(f"{a.name}/{r.value}") for a, r in pairs}
+
+    settings = session.Settings({}, ("0", "1"), tmp_path, (Runner.V1,))
+    plan = timing.Plan(rounds=2, batch_sizes=(1, 8), profile_batch_sizes=(8,))
+    data, _ = timing.run(settings, plan, spawn=spawn)
+    profiled = [(name, args["bs"]) for name, op, args in calls if op == "profile"]
+    assert profiled == [(f"{arm.name}/v1", 8) for arm in TIMING_ARMS]
+    last_decode = max(i for i, (_, op, _) in enumerate(calls) if op == "decode")
+    assert last_decode < min(i for i, (_, op, _) in enumerate(calls) if op == "profile")
+    assert data["runners"]["v1"]["profile"]["stock"]["8"]["kernels"] == [["k", 1.0, 2.0]]
+    unprofiled, _ = timing.run(settings, timing.Plan(rounds=2, batch_sizes=(1,)), spawn=spawn)
+    assert "profile" not in unprofiled["runners"]["v1"]
+
+
+@pytest.mark.parametrize(("value", "sizes"), [("", ()), ("1", (1,)), ("1,8", (1, 8))])
+def test_profile_batch_sizes_from_env(value: str, sizes: tuple, monkeypatch) -> None:
+    monkeypatch.setenv(timing.PROFILE_ENV, value)
+    assert timing.profile_batch_sizes_from_env() == sizes
+
+
+@pytest.mark.parametrize("bad", ["3", "one", "1,,8", ","])
+def test_a_bad_profile_batch_size_is_refused(bad: str, monkeypatch) -> None:
+    monkeypatch.setenv(timing.PROFILE_ENV, bad)
+    with pytest.raises(ValueError, match="SR_ENGINE_PROFILE takes timed batch sizes"):
+        timing.profile_batch_sizes_from_env()
+
+
+def test_profile_markdown_names_the_kernels_an_arm_adds_or_drops() -> None:
+    stock = {"1": {"steps": 4, "kernels": [["ssu", 40.0, 200.0], ["randint_kernel", 40.0, 80.0]]}}
+    ours = {"1": {"steps": 4, "kernels": [["ssu", 40.0, 200.0], ["stock_seeds_kernel", 1.0, 2.0]]}}
+    text = report.profile_markdown({"runners": {"v1": {"profile": {"stock": stock, "x": ours}}}})
+    assert "**v1, BS 1: GPU kernels per decode step**" in text
+    assert "| stock | 80 | 280.0 | - |" in text
+    assert (
+        "| x | 41 | 202.0 | `randint_kernel` 0 (0.0 µs) vs 40 (80.0 µs); "
+        "`stock_seeds_kernel` 1 (2.0 µs) vs 0 (0.0 µs) |"
+    ) in text
+    long = report._kernel("void f<" + "x" * 100 + ">(int|char)")
+    assert len(long) == report.KERNEL_NAME_CHARS + 2 and long.endswith("…`")
+
+
 def test_report_cli(tmp_path: Path) -> None:
     identity = tmp_path / "identity.json"
     identity.write_text(json.dumps({"records": {"stock/v1/eager": _record(["a"], [1])}}))

@@ -24,12 +24,15 @@ import pytest
 
 from .arms import TIMING_ARMS, Runner
 from .session import SKIP_REASON, Settings, close_all
-from .timing import FIGURES, Plan, run
+from .timing import FIGURES, Plan, profile_batch_sizes_from_env, run
 
 pytest.importorskip("pytest_benchmark", reason="the bench needs pytest-benchmark")
 pytestmark = pytest.mark.gpu
 
-PLAN = Plan(rounds=int(os.environ.get("SR_ENGINE_ROUNDS", Plan.rounds)))
+PLAN = Plan(
+    rounds=int(os.environ.get("SR_ENGINE_ROUNDS", Plan.rounds)),
+    profile_batch_sizes=profile_batch_sizes_from_env(),
+)
 
 
 @pytest.fixture(scope="module")

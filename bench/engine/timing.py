@@ -37,6 +37,7 @@ a round's arms share.
 
 from __future__ import annotations
 
+import os
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -60,6 +61,30 @@ class Plan:
     warm: int = 4
     seed: int = 0
     batch_sizes: tuple[int, ...] = BATCH_SIZES
+    # After the rounds, each engine's GPU kernels over `steps` decode steps at
+    # these batch sizes (worker.py's profile): which kernels an arm's replay
+    # adds or drops against stock's, which the timing alone cannot say.
+    profile_batch_sizes: tuple[int, ...] = ()
+
+
+PROFILE_ENV = "SR_ENGINE_PROFILE"
+
+
+def profile_batch_sizes_from_env() -> tuple[int, ...]:
+    """The batch sizes SR_ENGINE_PROFILE names ("1,8"), none when unset."""
+    value = os.environ.get(PROFILE_ENV, "").strip()
+    if not value:
+        return ()
+    try:
+        sizes = tuple(int(part) for part in value.split(","))
+    except ValueError:
+        sizes = ()
+    if not sizes or any(size not in BATCH_SIZES for size in sizes):
+        raise ValueError(
+            f"{PROFILE_ENV} takes timed batch sizes among {BATCH_SIZES}, comma-separated "
+            f"(e.g. 1,8); got {value!r}"
+        )
+    return sizes
 
 
 Samples = dict[int, dict[str, list[dict[str, float]]]]
@@ -204,9 +229,17 @@ def run(
             write_json(settings.out / f"timing-{runner.value}-partial.json", samples)
 
         samples = interleave(list(ready), plan, runner.value, sample, partial)
+        profiles = {
+            arm: {
+                str(bs): worker.call("profile", bs=bs, steps=plan.steps, warm=plan.warm)
+                for bs in plan.profile_batch_sizes
+            }
+            for arm, worker in ready.items()
+        }
         return {
             **runner_result(samples, runner.value),
             "engagement": {arm: w.engagement() for arm, w in ready.items()},
+            **({"profile": profiles} if plan.profile_batch_sizes else {}),
         }
 
     try:

@@ -13,6 +13,8 @@ is one JSON line on FD (vLLM logs to stdout, so replies do not go there):
     {"op": "identity"}                              the identity workload's record
     {"op": "decode", "bs": 4, "steps": 48, "warm": 4}   seconds per decode step (wall),
                                                     and the median forward (GPU)
+    {"op": "profile", "bs": 1, "steps": 24, "warm": 4}  the GPU kernels of those decode
+                                                    steps (torch.profiler), per step
     {"op": "quit"}
 """
 
@@ -30,6 +32,7 @@ import statistics
 import sys
 import time
 import traceback
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from . import arms, model
@@ -478,9 +481,10 @@ class Engine:
                 traceback.print_exc()
         return self.spans
 
-    def decode(self, bs: int, steps: int, warm: int) -> dict:
-        import torch
-
+    @contextlib.contextmanager
+    def _decoding(self, bs: int, steps: int, warm: int) -> Iterator[Any]:
+        """A decode batch of `bs` requests past `warm` steps of prefill and first
+        decodes, with room for `steps` more; aborted and drained on exit."""
         engine = self.llm.llm_engine
         ids = [f"t{time.monotonic_ns()}-{i}" for i in range(bs)]
         tokens = prompts((TIMING_PROMPT_LENGTH,) * bs, self.config["vocab_size"])
@@ -490,27 +494,35 @@ class Engine:
             )
         for _ in range(warm):
             engine.step()
-        spans = self._spans()
-        if self.replays is None:
-            self.replays = ReplaySpans()
-            self.replays.install()
-        replays = self.replays
-        torch.cuda.synchronize()
-        spans.take()
-        replays.pairs.clear()
-        marks = []
-        began = time.perf_counter()
-        for _ in range(steps):
-            engine.step()
-            marks.append(len(replays.pairs))
-        torch.cuda.synchronize()
-        elapsed = time.perf_counter() - began
-        forwards = spans.take()
-        replayed = replays.per_step(marks)
-        replays.pairs.clear()
-        engine.abort_request(ids)
-        while engine.has_unfinished_requests():
-            engine.step()
+        try:
+            yield engine
+        finally:
+            engine.abort_request(ids)
+            while engine.has_unfinished_requests():
+                engine.step()
+
+    def decode(self, bs: int, steps: int, warm: int) -> dict:
+        import torch
+
+        with self._decoding(bs, steps, warm) as engine:
+            spans = self._spans()
+            if self.replays is None:
+                self.replays = ReplaySpans()
+                self.replays.install()
+            replays = self.replays
+            torch.cuda.synchronize()
+            spans.take()
+            replays.pairs.clear()
+            marks = []
+            began = time.perf_counter()
+            for _ in range(steps):
+                engine.step()
+                marks.append(len(replays.pairs))
+            torch.cuda.synchronize()
+            elapsed = time.perf_counter() - began
+            forwards = spans.take()
+            replayed = replays.per_step(marks)
+            replays.pairs.clear()
         spans.take()
         return {
             "step_s": elapsed / steps,
@@ -519,6 +531,34 @@ class Engine:
             "replay_s": statistics.median(replayed) if replayed else None,
             "replays_per_step": marks[-1] / steps if marks else 0.0,
         }
+
+    def profile(self, bs: int, steps: int, warm: int) -> dict:
+        """The GPU kernels of `steps` decode steps of a batch of `bs`, as torch's
+        profiler sees them (kernels inside CUDA graph replays included)."""
+        import torch
+        from torch.profiler import ProfilerActivity
+        from torch.profiler import profile as profiled
+
+        with self._decoding(bs, steps, warm) as engine:
+            torch.cuda.synchronize()
+            with profiled(activities=[ProfilerActivity.CUDA]) as trace:
+                for _ in range(steps):
+                    engine.step()
+                torch.cuda.synchronize()
+        return {"steps": steps, "kernels": kernels_per_step(trace.key_averages(), steps)}
+
+
+def kernels_per_step(averages: Iterable[Any], steps: int) -> list[list[Any]]:
+    """[name, launches per step, device µs per step] of every kernel torch's
+    profiler timed (its key_averages()), the most device time first."""
+    rows = []
+    for average in averages:
+        device_us = getattr(average, "self_device_time_total", None)
+        if device_us is None:  # torch before 2.4 named it after CUDA
+            device_us = average.self_cuda_time_total
+        if device_us > 0:
+            rows.append([average.key, average.count / steps, round(device_us / steps, 2)])
+    return sorted(rows, key=lambda row: -row[2])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -548,6 +588,8 @@ def main(argv: list[str] | None = None) -> int:
                 reply = engine.identity()
             elif op == "decode":
                 reply = engine.decode(**command)
+            elif op == "profile":
+                reply = engine.profile(**command)
             else:
                 raise ValueError(f"unknown op {op!r}")
             reply = {"ok": True, **reply}
