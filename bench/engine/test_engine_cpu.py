@@ -380,28 +380,37 @@ def test_kernels_per_step_reads_torchs_averages() -> None:
     ]
 
 
-def test_the_timing_profiles_every_engine_after_the_rounds(tmp_path: Path) -> None:
-    calls: list[tuple[str, str, dict]] = []
+class QuickWorker:
+    """A worker that answers at once, logging every call into `calls`."""
 
-    class Quick:
-        def __init__(self, name: str) -> None:
-            self.name = name
+    def __init__(self, name: str, calls: list[tuple[str, str, dict]]) -> None:
+        self.name, self.calls = name, calls
 
-        def call(self, op: str, **args: object) -> dict:
-            calls.append((self.name, op, args))
-            if op == "profile":
-                return {"steps": args["steps"], "kernels": [["k", 1.0, 2.0]]}
-            return {"start_s": 1.0} if op == "start" else {"step_s": 3e-3}
+    def call(self, op: str, **args: object) -> dict:
+        self.calls.append((self.name, op, args))
+        if op == "profile":
+            return {"steps": args["steps"], "kernels": [["k", 1.0, 2.0]]}
+        return {"start_s": 1.0} if op == "start" else {"step_s": 3e-3}
 
-        def engagement(self) -> list[str]:
-            return []
+    def engagement(self) -> list[str]:
+        return []
 
-        def close(self) -> None:
-            pass
+    def close(self) -> None:
+        pass
+
+
+def quick_spawn(calls: list[tuple[str, str, dict]]):
+    """timing.run's spawn, with a QuickWorker per (arm, runner)."""
 
     def spawn(pairs, settings, tag, extra_env):
-        return {(a.name, r.value): Quick(f"{a.name}/{r.value}") for a, r in pairs}
+        return {(a.name, r.value): QuickWorker(f"{a.name}/{r.value}", calls) for a, r in pairs}
 
+    return spawn
+
+
+def test_the_timing_profiles_every_engine_after_the_rounds(tmp_path: Path) -> None:
+    calls: list[tuple[str, str, dict]] = []
+    spawn = quick_spawn(calls)
     settings = session.Settings({}, ("0", "1"), tmp_path, (Runner.V1,))
     plan = timing.Plan(rounds=2, batch_sizes=(1, 8), profile_batch_sizes=(8,))
     data, _ = timing.run(settings, plan, spawn=spawn)
@@ -671,29 +680,12 @@ def test_gpu_machine_scripts_parse(script: str) -> None:
 def test_the_timing_can_measure_one_runner(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(session.RUNNERS_ENV, "v2")
     assert session.runners_from_env() == (Runner.V2,)
-    started: list[str] = []
-
-    class Quick:
-        def __init__(self, name: str) -> None:
-            self.name = name
-
-        def call(self, op: str, **args: object) -> dict:
-            started.append(self.name)
-            return {"start_s": 1.0} if op == "start" else {"step_s": 3e-3}
-
-        def engagement(self) -> list[str]:
-            return []
-
-        def close(self) -> None:
-            pass
-
-    def spawn(pairs, settings, tag, extra_env):
-        return {(a.name, r.value): Quick(f"{a.name}/{r.value}") for a, r in pairs}
-
+    calls: list[tuple[str, str, dict]] = []
     settings = session.Settings({}, ("0", "1"), tmp_path, session.runners_from_env())
-    data, _ = timing.run(settings, timing.Plan(rounds=2, batch_sizes=(1,)), spawn=spawn)
+    plan = timing.Plan(rounds=2, batch_sizes=(1,))
+    data, _ = timing.run(settings, plan, spawn=quick_spawn(calls))
     assert list(data["runners"]) == ["v2"]
-    assert all(name.endswith("/v2") for name in started)
+    assert calls and all(name.endswith("/v2") for name, _, _ in calls)
 
 
 def test_the_timing_can_measure_some_arms(monkeypatch: pytest.MonkeyPatch) -> None:
