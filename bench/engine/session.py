@@ -8,6 +8,8 @@ the worker pool: one worker per (arm, runner), started side by side.
     SR_ENGINE_ARMS   stock,floor,... the arms the timing measures (default all of
                                     arms.TIMING_ARMS; stock is always among them):
                                     fewer arms, fewer engines and samples per call
+    SR_ENGINE_PROFILE 1,8           after the timing's rounds, each engine's GPU kernels
+                                    at these batch sizes (timing.Plan.profile_batch_sizes)
     OUT              where results and engine logs go (default /tmp/out)
 """
 
@@ -21,12 +23,13 @@ from pathlib import Path
 from typing import Any
 
 from . import model
-from .arms import STOCK, TIMING_ARMS, Arm, Runner
+from .arms import BATCH_SIZES, STOCK, TIMING_ARMS, Arm, Runner
 from .client import SITES_ENV, Worker, sites_from_env
 
 GPUS_ENV = "SR_ENGINE_GPUS"
 RUNNERS_ENV = "SR_ENGINE_RUNNERS"
 ARMS_ENV = "SR_ENGINE_ARMS"
+PROFILE_ENV = "SR_ENGINE_PROFILE"
 
 
 @dataclass(frozen=True)
@@ -77,6 +80,23 @@ def timing_arms_from_env() -> tuple[Arm, ...]:
     if names - known or not names:
         raise ValueError(f"{ARMS_ENV} takes names among {', '.join(sorted(known))}; got {text!r}")
     return tuple(arm for arm in TIMING_ARMS if arm.name in names | {STOCK.name})
+
+
+def profile_batch_sizes_from_env() -> tuple[int, ...]:
+    """The batch sizes SR_ENGINE_PROFILE names ("1,8"), none when unset."""
+    value = os.environ.get(PROFILE_ENV, "").strip()
+    if not value:
+        return ()
+    try:
+        sizes = tuple(int(part) for part in value.split(","))
+    except ValueError:
+        sizes = ()
+    if not sizes or any(size not in BATCH_SIZES for size in sizes):
+        raise ValueError(
+            f"{PROFILE_ENV} takes timed batch sizes among {BATCH_SIZES}, comma-separated "
+            f"(e.g. 1,8); got {value!r}"
+        )
+    return sizes
 
 
 SKIP_REASON = (

@@ -425,15 +425,15 @@ def test_the_timing_profiles_every_engine_after_the_rounds(tmp_path: Path) -> No
 
 @pytest.mark.parametrize(("value", "sizes"), [("", ()), ("1", (1,)), ("1,8", (1, 8))])
 def test_profile_batch_sizes_from_env(value: str, sizes: tuple, monkeypatch) -> None:
-    monkeypatch.setenv(timing.PROFILE_ENV, value)
-    assert timing.profile_batch_sizes_from_env() == sizes
+    monkeypatch.setenv(session.PROFILE_ENV, value)
+    assert session.profile_batch_sizes_from_env() == sizes
 
 
 @pytest.mark.parametrize("bad", ["3", "one", "1,,8", ","])
 def test_a_bad_profile_batch_size_is_refused(bad: str, monkeypatch) -> None:
-    monkeypatch.setenv(timing.PROFILE_ENV, bad)
+    monkeypatch.setenv(session.PROFILE_ENV, bad)
     with pytest.raises(ValueError, match="SR_ENGINE_PROFILE takes timed batch sizes"):
-        timing.profile_batch_sizes_from_env()
+        session.profile_batch_sizes_from_env()
 
 
 def test_profile_markdown_names_the_kernels_an_arm_adds_or_drops() -> None:

@@ -23,8 +23,8 @@ from typing import Any
 import pytest
 
 from .arms import TIMING_ARMS, Runner
-from .session import SKIP_REASON, Settings, close_all
-from .timing import FIGURES, Plan, profile_batch_sizes_from_env, run
+from .session import SKIP_REASON, Settings, close_all, profile_batch_sizes_from_env
+from .timing import FIGURES, Plan, run
 
 pytest.importorskip("pytest_benchmark", reason="the bench needs pytest-benchmark")
 pytestmark = pytest.mark.gpu

@@ -37,7 +37,6 @@ a round's arms share.
 
 from __future__ import annotations
 
-import os
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -65,26 +64,6 @@ class Plan:
     # these batch sizes (worker.py's profile): which kernels an arm's replay
     # adds or drops against stock's, which the timing alone cannot say.
     profile_batch_sizes: tuple[int, ...] = ()
-
-
-PROFILE_ENV = "SR_ENGINE_PROFILE"
-
-
-def profile_batch_sizes_from_env() -> tuple[int, ...]:
-    """The batch sizes SR_ENGINE_PROFILE names ("1,8"), none when unset."""
-    value = os.environ.get(PROFILE_ENV, "").strip()
-    if not value:
-        return ()
-    try:
-        sizes = tuple(int(part) for part in value.split(","))
-    except ValueError:
-        sizes = ()
-    if not sizes or any(size not in BATCH_SIZES for size in sizes):
-        raise ValueError(
-            f"{PROFILE_ENV} takes timed batch sizes among {BATCH_SIZES}, comma-separated "
-            f"(e.g. 1,8); got {value!r}"
-        )
-    return sizes
 
 
 Samples = dict[int, dict[str, list[dict[str, float]]]]
