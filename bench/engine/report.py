@@ -241,14 +241,17 @@ def profile_markdown(timing: dict[str, Any]) -> str:
                 kernels = {name: (n, us) for name, n, us in per_bs[bs]["kernels"]}
                 launches = sum(n for n, _ in kernels.values())
                 device_us = sum(us for _, us in kernels.values())
-                none = (0, 0.0)
-                differ = [
-                    f"{_kernel(name)} {kernels.get(name, none)[0]:g} "
-                    f"({kernels.get(name, none)[1]:.1f} µs) vs {base.get(name, none)[0]:g} "
-                    f"({base.get(name, none)[1]:.1f} µs)"
-                    for name in sorted(kernels.keys() | base.keys())
-                    if kernels.get(name, none)[0] != base.get(name, none)[0]
-                ]
+                differ = []
+                for name in sorted(kernels.keys() | base.keys()):
+                    (mine, mine_us), (theirs, theirs_us) = (
+                        kernels.get(name, (0, 0.0)),
+                        base.get(name, (0, 0.0)),
+                    )
+                    if mine != theirs:
+                        differ.append(
+                            f"{_kernel(name)} {mine:g} ({mine_us:.1f} µs) vs "
+                            f"{theirs:g} ({theirs_us:.1f} µs)"
+                        )
                 shown = "-" if arm == STOCK.name or not base else "; ".join(differ) or "none"
                 out.append(f"| {arm} | {launches:g} | {device_us:.1f} | {shown} |")
     return "\n".join(out) + "\n"
