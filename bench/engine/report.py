@@ -238,6 +238,9 @@ def profile_markdown(timing: dict[str, Any]) -> str:
             for arm, per_bs in profiles.items():
                 if bs not in per_bs:
                     continue
+                if "error" in per_bs[bs]:
+                    out.append(f"| {arm} | - | - | no profile: {per_bs[bs]['error']} |")
+                    continue
                 kernels = {name: (n, us) for name, n, us in per_bs[bs]["kernels"]}
                 launches = sum(n for n, _ in kernels.values())
                 device_us = sum(us for _, us in kernels.values())

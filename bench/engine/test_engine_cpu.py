@@ -423,6 +423,28 @@ def test_the_timing_profiles_every_engine_after_the_rounds(tmp_path: Path) -> No
     assert "profile" not in unprofiled["runners"]["v1"]
 
 
+def test_a_failed_profile_keeps_the_rounds_figures(tmp_path: Path) -> None:
+    class ProfilerFails(QuickWorker):
+        def call(self, op: str, **args: object) -> dict:
+            if op == "profile" and self.name.startswith(STOCK.name):
+                raise WorkerError(f"{self.name}: RuntimeError: CUPTI")
+            return super().call(op, **args)
+
+    def spawn(pairs, settings, tag, extra_env):
+        return {(a.name, r.value): ProfilerFails(f"{a.name}/{r.value}", []) for a, r in pairs}
+
+    settings = session.Settings({}, ("0",), tmp_path, (Runner.V1,))
+    plan = timing.Plan(rounds=2, batch_sizes=(1,), profile_batch_sizes=(1,))
+    data, _ = timing.run(settings, plan, spawn=spawn)
+    profiles = data["runners"]["v1"]["profile"]
+    assert profiles[STOCK.name]["1"] == {"error": "stock/v1: RuntimeError: CUPTI"}
+    assert profiles["floor"]["1"]["kernels"] == [["k", 1.0, 2.0]]
+    assert data["runners"]["v1"]["summary"]["step"]["1"]
+    assert (tmp_path / "timing.json").is_file()
+    text = report.profile_markdown(data)
+    assert "| stock | - | - | no profile: stock/v1: RuntimeError: CUPTI |" in text
+
+
 @pytest.mark.parametrize(("value", "sizes"), [("", ()), ("1", (1,)), ("1,8", (1, 8))])
 def test_profile_batch_sizes_from_env(value: str, sizes: tuple, monkeypatch) -> None:
     monkeypatch.setenv(session.PROFILE_ENV, value)

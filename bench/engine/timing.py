@@ -45,6 +45,7 @@ from typing import Any
 
 from .. import stats
 from .arms import BATCH_SIZES, DETERMINISTIC_ENV, FLOOR, STOCK, Arm, GraphMode, Runner
+from .client import WorkerError
 from .session import Settings, close_all, spawn_all, write_json
 
 
@@ -207,12 +208,17 @@ def run(
         def partial(samples: Samples) -> None:
             write_json(settings.out / f"timing-{runner.value}-partial.json", samples)
 
+        def profile(worker: Any, bs: int) -> dict:
+            # A profile is a diagnosis after the rounds: its failure (the
+            # profiler's, on that engine) leaves the figures as they are.
+            try:
+                return worker.call("profile", bs=bs, steps=plan.steps, warm=plan.warm)
+            except WorkerError as error:
+                return {"error": str(error)}
+
         samples = interleave(list(ready), plan, runner.value, sample, partial)
         profiles = {
-            arm: {
-                str(bs): worker.call("profile", bs=bs, steps=plan.steps, warm=plan.warm)
-                for bs in plan.profile_batch_sizes
-            }
+            arm: {str(bs): profile(worker, bs) for bs in plan.profile_batch_sizes}
             for arm, worker in ready.items()
         }
         return {
