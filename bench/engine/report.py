@@ -1,13 +1,14 @@
 """Markdown and compact JSON from an engine run's identity.json and timing.json.
 
     python -m bench.engine.report --identity OUT/engine/identity.json [more...] \\
-        --timing OUT/engine/timing.json --prefix bench/results/engine-<gpu>-<date>
+        --timing OUT/engine/timing.json [more...] --prefix bench/results/engine-<gpu>-<date>
 
 writes <prefix>.md, <prefix>.identity.json (each record reduced to what the
 comparison needs: fingerprints cut to 16 hex digits, tokens and logprobs as
 sha256) and <prefix>.timing.json.  Several identity files (runs of the same
 code) are merged in order; a later record of a cell is kept beside the first,
-as another run.
+as another run.  Several timing files (one runner each, e.g. one device call per
+runner) are merged by runner.
 """
 
 from __future__ import annotations
@@ -272,6 +273,25 @@ def from_partials(specs: Sequence[str]) -> dict[str, Any]:
     return {"runners": runners, "partial": True}
 
 
+def merge_timing(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """One timing.json from runs of different runners: each runner's results,
+    and each run's plan, GPUs and failed engines, under "runs"."""
+    runners: dict[str, Any] = {}
+    for run in runs:
+        for runner, result in run["runners"].items():
+            if runner in runners:
+                raise SystemExit(
+                    f"--timing: runner {runner} is in two of the files; give each runner once"
+                )
+            runners[runner] = result
+    if len(runs) == 1:
+        return runs[0]
+    return {
+        "runners": runners,
+        "runs": [{k: v for k, v in run.items() if k != "runners"} for run in runs],
+    }
+
+
 def _one_cell_per_line(compact: dict[str, Any]) -> str:
     """The compact identity JSON, one cell's records per line (indenting every
     per-slot sum would triple the file)."""
@@ -286,7 +306,7 @@ def _one_cell_per_line(compact: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--identity", nargs="*", default=[], type=Path)
-    parser.add_argument("--timing", type=Path)
+    parser.add_argument("--timing", nargs="*", default=[], type=Path)
     parser.add_argument(
         "--partial",
         nargs="*",
@@ -313,7 +333,11 @@ def main(argv: list[str] | None = None) -> int:
         args.prefix.with_suffix(".identity.json").write_text(_one_cell_per_line(compact))
         parts.append("## Identity to stock\n\n" + identity_markdown(merged))
     if args.timing or args.partial:
-        timing = json.loads(args.timing.read_text()) if args.timing else from_partials(args.partial)
+        timing = (
+            merge_timing([json.loads(path.read_text()) for path in args.timing])
+            if args.timing
+            else from_partials(args.partial)
+        )
         args.prefix.with_suffix(".timing.json").write_text(
             json.dumps(timing, indent=1, sort_keys=True) + "\n"
         )

@@ -498,6 +498,17 @@ def test_report_cli(tmp_path: Path) -> None:
     assert json.loads((tmp_path / "out.identity.json").read_text())["records"]
 
 
+def test_timing_files_of_different_runners_merge() -> None:
+    v1 = {"runners": {"v1": {"summary": {}}}, "plan": {"rounds": 10}, "gpus": ["0"]}
+    v2 = {"runners": {"v2": {"summary": {}}}, "plan": {"rounds": 8}, "gpus": ["0"]}
+    assert report.merge_timing([v1]) is v1
+    merged = report.merge_timing([v1, v2])
+    assert merged["runners"] == {"v1": {"summary": {}}, "v2": {"summary": {}}}
+    assert [run["plan"]["rounds"] for run in merged["runs"]] == [10, 8]
+    with pytest.raises(SystemExit, match="runner v1 is in two of the files"):
+        report.merge_timing([v1, v1])
+
+
 class _FakeWorker:
     """Stands in for a Worker: records what it was asked, answers from a script."""
 
