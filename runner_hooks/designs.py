@@ -37,14 +37,13 @@ eagerly (1728 against 1815 µs for a single event on a side stream at BS 1,
 b), and under graphs it ties a single event at BS 4 and 8, is ahead at BS 2
 and 1.2 µs behind at BS 1 (b); with randint, geometric gives up a few points
 of per_seed's graph-mode gain for an eager forward far cheaper than
-per_seed's.  The kernel keeps the current stream: in the patched vLLM engine
-(graph replay time, bench/results/engine-nvidia-h200x2-20261130f.md) a single
-event on a side stream tied with it on V1 and was 9-19 µs ahead on V2 with
-intervals that overlap the default's at every batch size, which does not
-outweigh eager forwards (mixed prefill/decode steps run eagerly even under
-PIECEWISE graphs) being faster on the current stream.  That engine run's
-replay spans also held host time (its report says why); the next one decides
-again.  A drawer not listed gets FALLBACK_SYNC_PLAN."""
+per_seed's.  The patched vLLM engine agrees (graph replay time of a decode
+step, bench/results/engine-nvidia-h200x2-20261130g.md and -h.md, 10
+interleaved rounds): the kernel on a side stream with a single event was 7-13
+µs behind the current stream on both runners in run g and within 2 µs of it
+in run h, never ahead; eager forwards, which mixed prefill/decode steps are
+even under PIECEWISE graphs, are faster on the current stream.  A drawer not
+listed gets FALLBACK_SYNC_PLAN."""
 FALLBACK_SYNC_PLAN = "geometric"
 
 
