@@ -17,17 +17,22 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
 
-from . import patch, releases, tree, vendor
+from . import journal, patch, releases, tree, vendor
 from .designs import DESIGNS
 from .releases import RELEASES, Design, Site
 from .vendor import VendorError
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Runs one command; returns the exit status (0 done or nothing to do, 1 refused)."""
+    """Runs one command; returns the exit status (0 done or nothing to do, 1 refused,
+    130 interrupted)."""
     args = _parser().parse_args(argv)
     try:
         return args.run(args)
+    except KeyboardInterrupt:
+        # Ctrl-C: a transaction it cut short was undone (journal.replace_files).
+        print("sr-prefetch: interrupted; nothing was changed", file=sys.stderr)
+        return 130
     except BrokenPipeError:
         # The reader of our output went away (`sr-prefetch ... | head`); the command
         # itself ran to its end or was refused before writing.
@@ -37,9 +42,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         patch.PatchError,
         releases.UnsupportedRelease,
         VendorError,
+        journal.JournalError,
         OSError,
     ) as error:
-        # Writes are undone on failure (patch._write_all), so an OSError while
+        # Writes are one transaction (journal.replace_files), so an OSError while
         # writing leaves the target as it was.
         print(f"sr-prefetch: {error}", file=sys.stderr)
         return 1
@@ -170,6 +176,9 @@ def _target(args: argparse.Namespace) -> tree.Target:
     target = tree.resolve(path, args.base)
     if target.note:
         print(f"Note: {target.note}.")
+    settled = patch.settle(target)
+    if settled:
+        print(f"Note: {settled}.")
     return target
 
 

@@ -1,8 +1,12 @@
 """Applying a design to a vLLM target, checking it, reading it back, taking it out.
 
-Nothing is written until every file's new content is known: the operations
-run in memory, and the writes are undone if one of them fails, so a refused
-or failed command leaves the target exactly as it was.
+Nothing is written until every file's new content is known and every directory
+to write is writable: the operations run in memory, and the writes are one
+transaction (journal.py), so a refused, failed or killed command leaves the target
+as it was or, where it was killed after its changes were committed, as it would
+have left it.  Every command first settles a transaction cut short (`settle`).
+A file that the design leaves as it is (no edit in this release) is not written,
+kept or reported as changed.
 
 What is applied is read from the files themselves, not from a record kept
 beside them: a design is applied when each of its files, taken back out
@@ -15,12 +19,11 @@ files `apply` replaced (ORIGINALS), and `revert` gives those back as they were.
 from __future__ import annotations
 
 import hashlib
-import shutil
-from collections.abc import Iterable
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import fork_test, targets, vendor
+from . import fork_test, journal, targets, vendor
 from .releases import SITES_SINCE, Design, Release, Site, pristine_sha256
 from .syntax import FileOperations, SiteError, Source, apply_all, revert_all
 from .tree import Kind, Target, dirty_paths
@@ -56,6 +59,12 @@ class TreeStatus:
     problem: str | None = None
 
 
+def settle(target: Target) -> str | None:
+    """Finishes or undoes a command on `target` that was cut short (journal.settle);
+    says which, or None.  Every command calls it before it reads the target."""
+    return journal.settle(target.root)
+
+
 def operations(design: Design, release: Release) -> tuple[FileOperations, ...]:
     return targets.file_operations(design, release)
 
@@ -88,9 +97,16 @@ def _moved(release: Release, path: str, error: SiteError) -> str:
 
 def applied_design(target: Target) -> Design | None:
     """The design applied to the target, or None; PatchError for half states."""
+    applied = _applied(target)
+    return applied[0] if applied else None
+
+
+def _applied(target: Target) -> tuple[Design, list[str]] | None:
+    """applied_design, and the files it changed (those with an edit in this release)."""
     for design in Design:
-        if _is_applied(target, design):
-            return design
+        changed = _changed_by(target, design)
+        if changed is not None:
+            return design, changed
     leftovers = _leftovers(target)
     if leftovers:
         raise PatchError(
@@ -103,12 +119,22 @@ def applied_design(target: Target) -> Design | None:
 
 def check(target: Target, design: Design) -> tuple[bool, list[FileReport]]:
     """Dry run of `apply`: whether it would succeed, and what it would do per file."""
-    current = applied_design(target)
-    if current is design:
-        return True, [FileReport(path, "applied") for path in _touched_paths(target, design)]
+    ok, reports, _ = _check(target, design)
+    return ok, reports
+
+
+def _check(target: Target, design: Design) -> tuple[bool, list[FileReport], dict[str, str]]:
+    """check's verdict and reports, and the patched text of each file it would change."""
+    settle(target)
+    applied = _applied(target)
+    current = applied[0] if applied else None
+    if applied and current is design:
+        touched = applied[1] + _added_paths(target.root)
+        return True, [FileReport(path, "applied") for path in touched], {}
     if current is not None:
         raise PatchError(_other_design_message(target.root, current, design))
     reports = []
+    patched: dict[str, str] = {}
     dirty = set(_local_edits(target, design))
     for file_ops in operations(design, target.release):
         text = _read(target.root, file_ops.path)
@@ -117,59 +143,67 @@ def check(target: Target, design: Design) -> tuple[bool, list[FileReport]]:
             continue
         problems = [_local_edit_reason(target)] if file_ops.path in dirty else []
         details = []
+        original = text
         for operation in file_ops.operations:
             try:
-                where = operation.located(Source(text, file_ops.path))
-                text = operation.apply(Source(text, file_ops.path))
+                source = Source(text, file_ops.path)
+                where = operation.located(source)
+                text = operation.apply(source)
                 details.append(f"{operation.why} ({where})")
             except SiteError as error:
                 problems.append(_moved(target.release, file_ops.path, error))
                 break
         if problems:
             reports.append(FileReport(file_ops.path, "conflict", problems))
+        elif text == original:
+            reports.append(FileReport(file_ops.path, "unchanged", details))
         else:
             reports.append(FileReport(file_ops.path, "would change", details))
-    for path in sorted(_added_files(target, design)):
+            patched[file_ops.path] = text
+    added = sorted(_added_files(target, design))
+    for path in added:
         exists = (target.root / path).exists()
         reports.append(
             FileReport(
                 path, "exists" if exists else "would add", ["already there"] if exists else []
             )
         )
-    ok = all(report.state in ("would change", "would add") for report in reports)
-    return ok, reports
+    ok = all(report.state in _APPLICABLE for report in reports)
+    if ok:
+        written = [r.path for r in reports if r.state != "unchanged"]
+        if target.kind is Kind.INSTALLED:
+            written += [f"{ORIGINALS}/{r.path}" for r in reports if r.state == "would change"]
+        reports += _unwritable(target.root, written)
+    return ok and all(report.state in _APPLICABLE for report in reports), reports, patched
 
 
 def apply(target: Target, design: Design) -> tuple[bool, list[FileReport]]:
     """Applies `design`; returns (changed, per-file report).  Refuses with PatchError."""
-    ok, reports = check(target, design)
+    ok, reports, patched = _check(target, design)
     if all(report.state == "applied" for report in reports):
         return False, reports
     if not ok:
         failing = [
-            line
-            for report in reports
-            if report.state not in ("would change", "would add")
-            for line in report.lines()
+            line for report in reports if report.state not in _APPLICABLE for line in report.lines()
         ]
         raise PatchError(
             f"cannot apply the {design} design to {target.root}; nothing was changed:\n"
             + "\n".join(failing)
         )
     changes: dict[str, bytes | None] = {}
-    for file_ops in operations(design, target.release):
-        original = (target.root / file_ops.path).read_bytes()
-        changes[file_ops.path] = patched_text(target, original.decode(), file_ops).encode()
+    for path, text in patched.items():
+        changes[path] = text.encode()
         if target.kind is Kind.INSTALLED:
-            changes[f"{ORIGINALS}/{file_ops.path}"] = original
+            changes[f"{ORIGINALS}/{path}"] = (target.root / path).read_bytes()
     changes.update(_added_files(target, design))
-    _write_all(target.root, changes)
-    done = {"would change": "changed", "would add": "added"}
+    journal.replace_files(target.root, changes, what=f"apply of the {design} design")
+    done = {"would change": "changed", "would add": "added", "unchanged": "unchanged"}
     return True, [FileReport(r.path, done[r.state], r.details) for r in reports]
 
 
 def revert(target: Target) -> tuple[Design | None, list[FileReport]]:
     """Takes the applied design back out; returns (design, per-file report) or (None, [])."""
+    settle(target)
     design = applied_design(target)
     if design is None:
         return None, []
@@ -177,42 +211,50 @@ def revert(target: Target) -> tuple[Design | None, list[FileReport]]:
     reports = []
     for file_ops in operations(design, target.release):
         kept = target.root / ORIGINALS / file_ops.path
+        current = (target.root / file_ops.path).read_bytes()
         if kept.is_file():
-            current = (target.root / file_ops.path).read_bytes()
             if patched_text(target, kept.read_bytes().decode(), file_ops).encode() != current:
                 raise PatchError(
                     f"{file_ops.path} was changed after the patch was applied; nothing was "
                     f"reverted (the file apply replaced is {kept})"
                 )
-            changes[file_ops.path] = kept.read_bytes()
-            reports.append(FileReport(file_ops.path, "restored", ["the file apply replaced"]))
+            original, how = kept.read_bytes(), ["the file apply replaced"]
         else:
-            text = _read(target.root, file_ops.path)
-            assert text is not None
-            changes[file_ops.path] = revert_all(text, file_ops).encode()
-            reports.append(FileReport(file_ops.path, "restored"))
+            original, how = revert_all(current.decode(), file_ops).encode(), []
+        if original != current:
+            changes[file_ops.path] = original
+            reports.append(FileReport(file_ops.path, "restored", how))
     for path in _added_paths(target.root):
         changes[path] = None
         reports.append(FileReport(path, "removed"))
     for path in _bytecode(target.root):
         changes[path] = None
-    _write_all(target.root, changes)
-    _prune_empty_dirs(
+    unwritable = _unwritable(target.root, list(changes))
+    if unwritable:
+        raise PatchError(
+            f"cannot revert the {design} design from {target.root}; nothing was changed:\n"
+            + "\n".join(line for report in unwritable for line in report.lines())
+        )
+    journal.replace_files(
         target.root,
-        [vendor.VENDORED_PACKAGE, str(Path(fork_test.PATH).parent), ORIGINALS],
+        changes,
+        prune=[vendor.VENDORED_PACKAGE, str(Path(fork_test.PATH).parent), ORIGINALS],
+        what=f"revert of the {design} design",
     )
     return design, reports
 
 
 def status(target: Target) -> TreeStatus:
     """The design applied, and the files it touched, with their state."""
+    settle(target)
     try:
-        design = applied_design(target)
+        applied = _applied(target)
     except PatchError as error:
         return TreeStatus(target, None, [], str(error))
-    if design is None:
+    if applied is None:
         return TreeStatus(target, None, [])
-    files = [FileReport(fo.path, "changed") for fo in operations(design, target.release)]
+    design, changed = applied
+    files = [FileReport(path, "changed") for path in changed]
     files += [
         FileReport(path, "kept" if path.startswith(ORIGINALS) else "added")
         for path in _added_paths(target.root)
@@ -248,16 +290,19 @@ def _added_files(target: Target, design: Design) -> dict[str, bytes]:
     return files
 
 
-def _is_applied(target: Target, design: Design) -> bool:
+def _changed_by(target: Target, design: Design) -> list[str] | None:
+    """The files `design` changed where it is applied to the target, else None."""
+    changed = []
     for file_ops in operations(design, target.release):
         text = _read(target.root, file_ops.path)
         if text is None:
-            return False
+            return None
         try:
-            revert_all(text, file_ops)
+            if revert_all(text, file_ops) != text:
+                changed.append(file_ops.path)
         except SiteError:
-            return False
-    return (target.root / vendor.VENDORED_PACKAGE).is_dir()
+            return None
+    return changed if (target.root / vendor.VENDORED_PACKAGE).is_dir() else None
 
 
 def _leftovers(target: Target) -> list[str]:
@@ -302,8 +347,32 @@ def _bytecode(root: Path) -> list[str]:
     return sorted(path.relative_to(root).as_posix() for path in caches if path.is_file())
 
 
-def _touched_paths(target: Target, design: Design) -> list[str]:
-    return [fo.path for fo in operations(design, target.release)] + _added_paths(target.root)
+_APPLICABLE = ("would change", "would add", "unchanged")
+"""The states of check's reports that apply can act on."""
+
+
+def _unwritable(root: Path, paths: list[str]) -> list[FileReport]:
+    """A report for each directory that writing or removing `paths` (and the journal) needs
+    and this process may not write: the nearest existing one of each path's parents."""
+    folders: dict[Path, list[str]] = {}
+    for path in [journal.JOURNAL, *paths]:
+        folder = (root / path).parent
+        while not folder.exists():
+            folder = folder.parent
+        folders.setdefault(folder, []).append(path)
+    return [
+        FileReport(
+            str(folder.relative_to(root)),
+            "read-only",
+            [
+                f"{folder} is not writable (its mode, its owner, or a read-only file system), "
+                f"so {', '.join(written)} cannot be written there: make it writable, or run "
+                "as a user who may write it"
+            ],
+        )
+        for folder, written in folders.items()
+        if not os.access(folder, os.W_OK | os.X_OK)
+    ]
 
 
 def _local_edits(target: Target, design: Design) -> list[str]:
@@ -346,50 +415,3 @@ def _read(root: Path, path: str) -> str | None:
     """The file's text exactly as stored (no newline translation), or None."""
     file = root / path
     return file.read_bytes().decode("utf-8") if file.is_file() else None
-
-
-def _write_all(root: Path, changes: dict[str, bytes | None]) -> None:
-    """Writes (bytes) or removes (None) each path; undoes all of it if any step fails."""
-    originals = {
-        path: (root / path).read_bytes() if (root / path).is_file() else None for path in changes
-    }
-    created_dirs: list[Path] = []
-    try:
-        for path, data in changes.items():
-            target = root / path
-            if data is None:
-                target.unlink()
-                continue
-            missing = [p for p in reversed(target.parents) if not p.exists()]
-            target.parent.mkdir(parents=True, exist_ok=True)
-            created_dirs.extend(missing)
-            staged = target.with_name(f".{target.name}.sr-prefetch")
-            staged.write_bytes(data)
-            staged.replace(target)
-    except BaseException:
-        for path, data in originals.items():
-            target = root / path
-            target.with_name(f".{target.name}.sr-prefetch").unlink(missing_ok=True)
-            if data is None:
-                target.unlink(missing_ok=True)
-            else:
-                target.write_bytes(data)
-        for directory in reversed(created_dirs):
-            shutil.rmtree(directory, ignore_errors=True)
-        raise
-
-
-def _prune_empty_dirs(root: Path, relative_dirs: Iterable[str]) -> None:
-    """Removes the empty directories in and above each of `relative_dirs`, up to `root`:
-    those the added files alone had filled."""
-    for relative in relative_dirs:
-        top = root / relative
-        if not top.is_dir():
-            continue
-        for directory in sorted(top.rglob("*"), key=lambda p: len(p.parts), reverse=True):
-            if directory.is_dir() and not any(directory.iterdir()):
-                directory.rmdir()
-        directory = top
-        while directory != root and directory.is_dir() and not any(directory.iterdir()):
-            directory.rmdir()
-            directory = directory.parent

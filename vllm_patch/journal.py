@@ -1,0 +1,360 @@
+"""Changing a vLLM tree's files as one transaction that no crash can leave half done.
+
+`replace_files` writes a journal into the tree (JOURNAL: each file's old and new
+bytes and modes, the directories it makes and removes) before it touches any other
+file, and every command calls `settle` first: it finishes a committed journal and
+undoes one marked for undo.  Why every instant of kill -9, full disk or power loss
+is one that `settle` brings to "as before" or "as after":
+
+- Until MANIFEST is in place, nothing outside the journal was touched.  It is
+  renamed into place only after every blob it names, and itself, were fsynced, and
+  the journal directory is fsynced before the first target file is touched; a
+  journal without it is deleted, nothing else.
+- With MANIFEST, each step on the tree is idempotent and reads only fsynced journal
+  data.  A file is replaced whole: its bytes are written beside it and fsynced, then
+  renamed over it (atomic) and its directory fsynced; so each target is wholly old or
+  wholly new, and settle can redo every step, or undo every step from the old bytes,
+  whatever subset was done.
+- A failure inside the process (an OSError, Ctrl-C) renames MANIFEST to ROLLBACK and
+  undoes; settle reads ROLLBACK as "undo", so an undo cut short is finished too.
+- The journal goes once every step was fsynced, its marker first: a journal without
+  a marker is always safe to delete.
+
+A non-blocking flock on the vllm/ directory, held by a transaction and by settle,
+keeps a second command from settling a journal that a live one is writing.
+The I/O goes through the few `_` primitives below, each one system call's worth.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import json
+import os
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+JOURNAL = "vllm/.sr-prefetch-journal"
+"""Where a transaction keeps its journal while it runs (removed when it ends)."""
+MANIFEST = "manifest.json"
+ROLLBACK = "rollback.json"
+_PART = "manifest.json.part"
+
+
+class JournalError(Exception):
+    """A transaction could not start, or its undo could not finish; the message says
+    what to do."""
+
+
+@dataclass
+class _File:
+    path: str
+    old: bytes | None
+    old_mode: int | None
+    new: bytes | None
+    new_mode: int | None
+
+
+@dataclass
+class _Plan:
+    what: str
+    files: list[_File] = field(default_factory=list)
+    made: list[str] = field(default_factory=list)
+    """Directories the transaction makes, parents first."""
+    removed: list[tuple[str, int]] = field(default_factory=list)
+    """Directories it removes (emptied), deepest first, with their modes."""
+
+
+# --- the primitives: the only calls that change the disk ------------------------------------
+
+
+def _mkdir(path: Path, mode: int | None = None) -> None:
+    os.mkdir(path)
+    if mode is not None:
+        os.chmod(path, mode)
+
+
+def _write(path: Path, data: bytes, mode: int) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fchmod(fd, mode)
+    finally:
+        os.close(fd)
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _replace(source: Path, destination: Path) -> None:
+    os.replace(source, destination)
+
+
+def _unlink(path: Path) -> None:
+    os.unlink(path)
+
+
+def _rmdir(path: Path) -> None:
+    os.rmdir(path)
+
+
+# --- the transaction ------------------------------------------------------------------------
+
+
+def replace_files(
+    root: Path,
+    changes: Mapping[str, bytes | None],
+    prune: Iterable[str] = (),
+    what: str = "change",
+) -> None:
+    """Writes (bytes) or removes (None) each path under `root`, keeping the modes of the
+    files it replaces, then removes the directories in `prune` and above them that this
+    leaves empty: all of it or, after any failure, none of it (module docstring)."""
+    with _locked(root):
+        _settle_locked(root)
+        plan = _plan(root, changes, prune, what)
+        if not plan.files and not plan.removed:
+            return
+        journal = root / JOURNAL
+        try:
+            _prepare(root, plan)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                _remove_journal(root)
+            raise
+        try:
+            _forward(root, plan)
+        except BaseException as error:
+            try:
+                _replace(journal / MANIFEST, journal / ROLLBACK)
+                _fsync(journal)
+                _backward(root, plan)
+                _remove_journal(root)
+            except BaseException as undo_error:
+                raise JournalError(
+                    f"the {what} of {root} failed ({_said(error)}) and undoing it failed "
+                    f"too ({_said(undo_error)}); the next sr-prefetch command on {root} "
+                    "finishes undoing it"
+                ) from error
+            raise
+        _remove_journal(root)
+
+
+def _said(error: BaseException) -> str:
+    return str(error) or type(error).__name__
+
+
+def settle(root: Path) -> str | None:
+    """Finishes or undoes a transaction that was cut short in `root`; says which, or
+    None where there was none."""
+    if not (root / JOURNAL).is_dir():
+        return None
+    with _locked(root):
+        return _settle_locked(root)
+
+
+def _settle_locked(root: Path) -> str | None:
+    journal = root / JOURNAL
+    if not journal.is_dir():
+        return None
+    if (journal / MANIFEST).is_file():
+        plan = _load(root, MANIFEST)
+        _forward(root, plan)
+        message = f"finished the {plan.what} that was cut short"
+    elif (journal / ROLLBACK).is_file():
+        plan = _load(root, ROLLBACK)
+        _backward(root, plan)
+        message = f"undid the {plan.what} that was cut short"
+    else:
+        message = "removed the journal of a command cut short before it changed anything"
+    _remove_journal(root)
+    return f"{root}: {message}"
+
+
+@contextlib.contextmanager
+def _locked(root: Path) -> Iterator[None]:
+    fd = os.open(root / "vllm", os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise JournalError(
+                f"another sr-prefetch command is changing {root}; run this one when it ends"
+            ) from None
+        yield
+    finally:
+        os.close(fd)
+
+
+def _plan(
+    root: Path, changes: Mapping[str, bytes | None], prune: Iterable[str], what: str
+) -> _Plan:
+    umask = os.umask(0)
+    os.umask(umask)
+    plan = _Plan(what)
+    for path, new in changes.items():
+        target = root / path
+        old = target.read_bytes() if target.is_file() else None
+        if old == new:
+            continue
+        mode = target.stat().st_mode & 0o7777 if old is not None else None
+        plan.files.append(_File(path, old, mode, new, mode if mode is not None else 0o666 & ~umask))
+        if new is not None:
+            for parent in reversed(Path(path).parents[:-1]):
+                name = parent.as_posix()
+                if not (root / parent).is_dir() and name not in plan.made:
+                    plan.made.append(name)
+    removed = {f.path for f in plan.files if f.new is None}
+    plan.removed = _emptied(root, removed, prune)
+    return plan
+
+
+def _emptied(root: Path, removed: set[str], tops: Iterable[str]) -> list[tuple[str, int]]:
+    """The directories in and above `tops` (up to `root`) left empty once `removed` go,
+    deepest first."""
+    emptied: list[tuple[str, int]] = []
+    gone = set(removed)
+    for top in tops:
+        start = root / top
+        if not start.is_dir():
+            continue
+        for directory, dirs, files in os.walk(start, topdown=False):
+            relative = Path(directory).relative_to(root).as_posix()
+            children = [f"{relative}/{name}" for name in dirs + files]
+            if all(child in gone for child in children) and relative not in gone:
+                gone.add(relative)
+                emptied.append((relative, os.stat(directory).st_mode & 0o7777))
+        if top not in gone:
+            continue
+        above = start.parent
+        while above != root:
+            relative = above.relative_to(root).as_posix()
+            if relative in gone:
+                break
+            if not all(f"{relative}/{name}" in gone for name in os.listdir(above)):
+                break
+            gone.add(relative)
+            emptied.append((relative, above.stat().st_mode & 0o7777))
+            above = above.parent
+    return emptied
+
+
+def _prepare(root: Path, plan: _Plan) -> None:
+    journal = root / JOURNAL
+    _mkdir(journal)
+    _fsync(journal.parent)
+    entries = []
+    for index, file in enumerate(plan.files):
+        for kind, data in (("old", file.old), ("new", file.new)):
+            if data is not None:
+                _write(journal / f"{index}.{kind}", data, 0o600)
+                _fsync(journal / f"{index}.{kind}")
+        entries.append({"path": file.path, "old_mode": file.old_mode, "new_mode": file.new_mode})
+        entries[-1].update(old=file.old is not None, new=file.new is not None)
+    manifest = {"what": plan.what, "files": entries, "made": plan.made, "removed": plan.removed}
+    _write(journal / _PART, json.dumps(manifest, indent=1).encode(), 0o600)
+    _fsync(journal / _PART)
+    _replace(journal / _PART, journal / MANIFEST)
+    _fsync(journal)
+
+
+def _load(root: Path, marker: str) -> _Plan:
+    journal = root / JOURNAL
+    try:
+        manifest = json.loads((journal / marker).read_bytes())
+        plan = _Plan(manifest["what"], made=manifest["made"])
+        plan.removed = [(path, mode) for path, mode in manifest["removed"]]
+        for index, entry in enumerate(manifest["files"]):
+            blob = {
+                kind: (journal / f"{index}.{kind}").read_bytes() if entry[kind] else None
+                for kind in ("old", "new")
+            }
+            plan.files.append(
+                _File(entry["path"], blob["old"], entry["old_mode"], blob["new"], entry["new_mode"])
+            )
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise JournalError(
+            f"{journal / marker} cannot be read ({error}): sr-prefetch did not write it as it "
+            "is; put the files it names back by hand (git checkout, or reinstall vLLM) and "
+            f"remove {journal}"
+        ) from None
+    return plan
+
+
+def _forward(root: Path, plan: _Plan) -> None:
+    for directory in plan.made:
+        if not (root / directory).is_dir():
+            _mkdir(root / directory)
+            _fsync((root / directory).parent)
+    for file in plan.files:
+        _put(root, file.path, file.new, file.new_mode)
+    for directory, _ in plan.removed:
+        if (root / directory).is_dir():
+            _rmdir(root / directory)
+            _fsync((root / directory).parent)
+
+
+def _backward(root: Path, plan: _Plan) -> None:
+    for directory, mode in reversed(plan.removed):
+        if not (root / directory).is_dir():
+            _mkdir(root / directory, mode)
+            _fsync((root / directory).parent)
+    for file in reversed(plan.files):
+        _put(root, file.path, file.old, file.old_mode)
+    for directory in reversed(plan.made):
+        if (root / directory).is_dir():
+            _rmdir(root / directory)
+            _fsync((root / directory).parent)
+
+
+def _put(root: Path, path: str, data: bytes | None, mode: int | None) -> None:
+    """Makes `path` hold `data` with `mode` (None: not exist), idempotently."""
+    target = root / path
+    staged = target.with_name(f".{target.name}.sr-prefetch")
+    if os.path.lexists(staged):
+        _unlink(staged)
+        _fsync(target.parent)
+    if data is None:
+        if os.path.lexists(target):
+            _unlink(target)
+            _fsync(target.parent)
+        return
+    assert mode is not None
+    if _holds(target, data, mode):
+        return
+    _write(staged, data, mode)
+    _fsync(staged)
+    _replace(staged, target)
+    _fsync(target.parent)
+
+
+def _holds(target: Path, data: bytes, mode: int) -> bool:
+    try:
+        return target.stat().st_mode & 0o7777 == mode and target.read_bytes() == data
+    except OSError as error:
+        if error.errno in (errno.ENOENT, errno.ENOTDIR, errno.EISDIR):
+            return False
+        raise
+
+
+def _remove_journal(root: Path) -> None:
+    journal = root / JOURNAL
+    if not journal.is_dir():
+        return
+    for marker in (MANIFEST, ROLLBACK):
+        if (journal / marker).exists():
+            _unlink(journal / marker)
+            _fsync(journal)
+    for entry in sorted(journal.iterdir()):
+        _unlink(entry)
+    _rmdir(journal)
+    _fsync(journal.parent)
