@@ -24,6 +24,10 @@ import os
 import random
 import shutil
 import stat
+import subprocess
+import sys
+import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,7 +36,9 @@ from typing import Any
 import pytest
 
 from tests.vllm_patch.helpers import TREE_FILES, commit, git, tree_files
-from vllm_patch import cli, journal, releases
+from vllm_patch import cli, journal, patch, releases, tree
+from vllm_patch.releases import Design
+from vllm_patch.targets import mamba_mixer2
 
 REPO = Path(__file__).resolve().parents[2]
 PRIMITIVES = ("_mkdir", "_write", "_fsync", "_replace", "_unlink", "_rmdir")
@@ -285,3 +291,224 @@ def test_a_fault_at_every_operation(
         dirty = transaction.after if command == "apply" else transaction.before
         assert full_snapshot(root) == (clean if applied else dirty)
     assert set(outcomes) == ({True} if mode == "error" else {False, True})
+
+
+# --- kill -9 ----------------------------------------------------------------------------------
+
+KILL_TRIALS = 200
+KILL_DESIGN = Design.FORWARD_CONTEXT
+"""The kill loop's design: its apply parses the small files only (the reset design also
+parses the model runners, ~4x the time before the first write), and still writes the
+kept originals, the vendored package and its directories."""
+
+
+def _sr_prefetch_process(*args: str | Path) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONDONTWRITEBYTECODE": "1"}
+    command = [sys.executable, "-m", "vllm_patch", *map(str, args)]
+    return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+
+def _journal_window(root: Path, *args: str | Path) -> tuple[float, float, float]:
+    """When, after its start, the command's journal was first and last seen, and when it
+    ended (polled every millisecond)."""
+    start = time.monotonic()
+    process = _sr_prefetch_process(*args)
+    seen: list[float] = []
+    while process.poll() is None:
+        if (root / journal.JOURNAL).exists():
+            seen.append(time.monotonic() - start)
+        time.sleep(0.001)
+    out = process.communicate()[0].decode()
+    assert process.returncode == 0 and seen, out
+    return seen[0], seen[-1], time.monotonic() - start
+
+
+def test_kill_9_at_random_instants(pristine: Path, tmp_path: Path) -> None:
+    """KILL_TRIALS runs of apply or revert on installed-style trees, each killed (SIGKILL)
+    at a random instant, mostly while its journal exists; then `status` in a new process
+    must settle the tree to exactly the clean or the applied one."""
+    trees = [
+        small_installed(pristine, tmp_path / f"site-{n}", releases.NEWEST)
+        for n in range(max(2, os.cpu_count() or 2))
+    ]
+    clean = full_snapshot(trees[0])
+    apply_window = _journal_window(trees[0], "apply", trees[0], "--design", KILL_DESIGN)
+    applied = full_snapshot(trees[0])
+    revert_window = _journal_window(trees[0], "revert", trees[0])
+    assert full_snapshot(trees[0]) == clean
+    # A quarter of the kills at any instant of the run; the others at a random instant
+    # of the journal's life, counted from when it appears (the load of the machine moves
+    # it), as long as it lasted in the run above and a tenth more.
+    rng = random.Random(0)
+    windows = {"apply": apply_window, "revert": revert_window}
+    delays = {
+        command: [
+            (True, rng.uniform(0, 1.1 * (last - first))) if n % 4 else (False, rng.uniform(0, end))
+            for n in range(KILL_TRIALS)
+        ]
+        for command, (first, last, end) in windows.items()
+    }
+    results: list[tuple[str, bool, bool]] = []  # command, journal left, rolled forward
+    failures: list[str] = []
+    lock = threading.Lock()
+
+    def trials(root: Path) -> None:
+        state = clean
+        while True:
+            with lock:
+                if len(results) >= KILL_TRIALS or failures:
+                    return
+                trial = len(results)
+                results.append(("", False, False))
+            command = "apply" if state is clean else "revert"
+            args = ("--design", KILL_DESIGN) if command == "apply" else ()
+            process = _sr_prefetch_process(command, root, *args)
+            from_journal, delay = delays[command][trial]
+            if from_journal:  # not before 0.7 of the journal's first sighting; then polled
+                time.sleep(0.7 * windows[command][0])
+            while from_journal and process.poll() is None:
+                if (root / journal.JOURNAL).exists():
+                    break
+                time.sleep(0.002)
+            time.sleep(delay)
+            process.kill()
+            process.communicate()
+            left = (root / journal.JOURNAL).exists()
+            status = _sr_prefetch_process("status", root)
+            out = status.communicate()[0].decode()
+            now = full_snapshot(root)
+            if status.returncode != 0 or now not in (clean, applied) or "partly" in out:
+                with lock:
+                    failures.append(f"trial {trial}, {command} killed: status says\n{out}")
+                return
+            forward = (now == applied) == (command == "apply")
+            with lock:
+                results[trial] = (command, left, forward)
+            state = clean if now == clean else applied
+
+    start = time.monotonic()
+    workers = [threading.Thread(target=trials, args=(root,)) for root in trees]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    elapsed = time.monotonic() - start
+    assert not failures, failures[0]
+    cut_short = [r for r in results if r[1]]
+    print(
+        f"\n{len(results)} kills in {elapsed:.0f} s on {len(trees)} trees: "
+        f"{len(cut_short)} left a journal ({sum(r[2] for r in cut_short)} finished, "
+        f"{sum(not r[2] for r in cut_short)} undone by status); "
+        f"{sum(r[0] == 'revert' for r in results)} were reverts"
+    )
+    assert len(results) == KILL_TRIALS
+    # The loop tests something only where kills land inside the transaction, both ways.
+    assert len(cut_short) >= KILL_TRIALS // 10
+    assert {r[2] for r in cut_short} == {False, True}
+
+
+# --- the defects the journal fixed ------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def read_only(directory: Path) -> Iterator[None]:
+    """`directory` unwritable: by its mode, or, for root (whom modes do not stop), by the
+    immutable attribute (chattr +i)."""
+    if os.geteuid() != 0:
+        mode = directory.stat().st_mode
+        directory.chmod(0o555)
+        try:
+            yield
+        finally:
+            directory.chmod(mode)
+        return
+    if subprocess.run(["chattr", "+i", str(directory)], capture_output=True).returncode:
+        pytest.skip("running as root, and chattr +i cannot make a directory read-only here")
+    try:
+        yield
+    finally:
+        subprocess.run(["chattr", "-i", str(directory)], check=True)
+
+
+@pytest.fixture
+def installed_033(pristine: Path, tmp_path: Path) -> Path:
+    return small_installed(pristine, tmp_path / "site", releases.NEWEST)
+
+
+def test_a_read_only_directory_is_refused_and_leaves_nothing_behind(
+    installed_033: Path,
+) -> None:
+    before = full_snapshot(installed_033)
+    with read_only(installed_033 / "vllm/v1/worker/gpu"):
+        status, out = sr_prefetch("apply", installed_033)
+        assert status == 1 and "vllm/v1/worker/gpu is not writable" in out, out
+        assert "nothing was changed" in out
+        assert full_snapshot(installed_033) == before
+
+
+def test_check_says_when_it_cannot_write_the_tree(installed_033: Path) -> None:
+    with read_only(installed_033 / "vllm/v1/worker/gpu"):
+        status, out = sr_prefetch("check", installed_033)
+    assert status == 1 and "would NOT apply" in out, out
+    assert "read-only      vllm/v1/worker/gpu" in out and "is not writable" in out
+
+
+def test_revert_refuses_a_read_only_directory(installed_033: Path) -> None:
+    assert sr_prefetch("apply", installed_033, "--design", Design.FORWARD_CONTEXT)[0] == 0
+    applied = full_snapshot(installed_033)
+    with read_only(installed_033 / "vllm/model_executor/layers/mamba"):
+        status, out = sr_prefetch("revert", installed_033)
+        assert status == 1 and "mamba is not writable" in out, out
+        assert full_snapshot(installed_033) == applied
+
+
+def test_a_file_with_no_edit_is_neither_kept_nor_reported_changed(
+    tmp_path: Path,
+) -> None:
+    # vLLM 0.26.0's mamba_mixer2.py has no Triton ReplaySSM call: neither of its edits.
+    release = releases.get("0.26.0")
+    files = tree.release_files(release, tree_files(release))
+    source = tmp_path / "files"
+    for path, data in files.items():
+        (source / path).parent.mkdir(parents=True, exist_ok=True)
+        (source / path).write_bytes(data)
+    site = small_installed(source, tmp_path / "site", release)
+    before = full_snapshot(site)
+    status, out = sr_prefetch("check", site)
+    assert status == 0 and f"unchanged      {mamba_mixer2.PATH}" in out, out
+    status, out = sr_prefetch("apply", site)
+    assert status == 0 and f"unchanged      {mamba_mixer2.PATH}" in out, out
+    assert f"changed        {mamba_mixer2.PATH}" not in out
+    assert not (site / patch.ORIGINALS / mamba_mixer2.PATH).exists()
+    assert full_snapshot(site)[mamba_mixer2.PATH] == before[mamba_mixer2.PATH]
+    status, out = sr_prefetch("status", site)
+    assert status == 0 and mamba_mixer2.PATH not in out, out
+    status, out = sr_prefetch("revert", site)
+    assert status == 0 and mamba_mixer2.PATH not in out, out
+    assert full_snapshot(site) == before
+
+
+def test_ctrl_c_during_apply_undoes_it_and_exits_130_with_one_line(
+    installed_033: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    before = full_snapshot(installed_033)
+    real_replace = os.replace
+    calls = []
+
+    def interrupted(source: Any, destination: Any) -> None:
+        calls.append(destination)
+        if len(calls) == 3:  # after the journal's commit and a first file replaced
+            raise KeyboardInterrupt
+        real_replace(source, destination)
+
+    monkeypatch.setattr(os, "replace", interrupted)
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+            status = cli.main(["apply", str(installed_033), "--design", "forward-context"])
+    except BaseException as error:
+        pytest.fail(f"sr-prefetch let {type(error).__name__} out of main()")
+    monkeypatch.undo()
+    assert len(calls) > 3  # the undo renamed files back
+    assert status == 130 and err.getvalue() == "sr-prefetch: interrupted; nothing was changed\n"
+    assert full_snapshot(installed_033) == before
