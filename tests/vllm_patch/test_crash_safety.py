@@ -441,9 +441,9 @@ def test_a_read_only_directory_is_refused_and_leaves_nothing_behind(
     before = full_snapshot(installed_033)
     with read_only(installed_033 / "vllm/v1/worker/gpu"):
         status, out = sr_prefetch("apply", installed_033)
+        assert full_snapshot(installed_033) == before
         assert status == 1 and "vllm/v1/worker/gpu is not writable" in out, out
         assert "nothing was changed" in out
-        assert full_snapshot(installed_033) == before
 
 
 def test_check_says_when_it_cannot_write_the_tree(installed_033: Path) -> None:
