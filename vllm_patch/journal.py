@@ -22,7 +22,8 @@ is one that `settle` brings to "as before" or "as after":
 
 A non-blocking flock on the vllm/ directory, held by a transaction and by settle,
 keeps a second command from settling a journal that a live one is writing.
-The I/O goes through the few `_` primitives below, each one system call's worth.
+Every change to the disk goes through the six primitives below (`_mkdir` ... `_rmdir`),
+the steps a crash can fall between.
 """
 
 from __future__ import annotations

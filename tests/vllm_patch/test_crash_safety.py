@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import hashlib
 import io
 import os
@@ -512,3 +513,19 @@ def test_ctrl_c_during_apply_undoes_it_and_exits_130_with_one_line(
     assert len(calls) > 3  # the undo renamed files back
     assert status == 130 and err.getvalue() == "sr-prefetch: interrupted; nothing was changed\n"
     assert full_snapshot(installed_033) == before
+
+
+def test_a_journal_that_a_live_command_holds_is_left_to_it(installed_033: Path) -> None:
+    (installed_033 / journal.JOURNAL).mkdir()
+    fd = os.open(installed_033 / "vllm", os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        status, out = sr_prefetch("status", installed_033)
+        assert status == 1 and "another sr-prefetch command is changing" in out, out
+        assert (installed_033 / journal.JOURNAL).is_dir()
+    finally:
+        os.close(fd)
+    # Once it is gone, the next command settles what it left (here: nothing committed).
+    status, out = sr_prefetch("status", installed_033)
+    assert status == 0 and "before it changed anything" in out, out
+    assert not (installed_033 / journal.JOURNAL).exists()
