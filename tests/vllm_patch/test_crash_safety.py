@@ -10,8 +10,9 @@ as after, byte for byte (contents, modes, directory entries), never half patched
   as a power loss (a crash that also cuts short every file written and not fsynced).
 - A real kill -9 loop: `python -m vllm_patch apply|revert PATH` killed at random
   instants, each followed by `status` in a new process.
-- The defects the journal's commit fixed: residue of a refused apply, check on a tree
-  it cannot write, a file with no edit kept and reported changed, Ctrl-C's traceback.
+- A refused apply or revert leaves nothing behind, check says when it cannot write the
+  tree, a file with no edit is neither kept nor reported changed, and Ctrl-C undoes and
+  exits 130 with one line.
 """
 
 from __future__ import annotations
@@ -408,7 +409,7 @@ def test_kill_9_at_random_instants(pristine: Path, tmp_path: Path) -> None:
     assert {r[2] for r in cut_short} == {False, True}
 
 
-# --- the defects the journal fixed ------------------------------------------------------------
+# --- refusals, reports and Ctrl-C ------------------------------------------------------------
 
 
 @contextlib.contextmanager
