@@ -103,6 +103,7 @@ def applied_design(target: Target) -> Design | None:
 
 def check(target: Target, design: Design) -> tuple[bool, list[FileReport]]:
     """Dry run of `apply`: whether it would succeed, and what it would do per file."""
+    targets.check_base(target.root, target.release)
     current = applied_design(target)
     if current is design:
         return True, [FileReport(path, "applied") for path in _touched_paths(target, design)]
@@ -232,7 +233,8 @@ def status(target: Target) -> TreeStatus:
                 "stale",
                 [
                     f"differs from what runner_hooks produces now: {', '.join(stale)}",
-                    "refresh it with: sr-prefetch revert PATH && sr-prefetch apply PATH",
+                    f"refresh it with: sr-prefetch revert {target.root} && "
+                    f"sr-prefetch apply {target.root}",
                 ],
             )
         )
