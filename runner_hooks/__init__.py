@@ -1,5 +1,15 @@
 """Per-forward hooks for model runners; Mamba stochastic-rounding seed prefetchers."""
 
+try:
+    import torch  # noqa: F401
+except ModuleNotFoundError as error:
+    if error.name != "torch":
+        raise
+    raise ImportError(
+        "runner_hooks needs torch, which this Python cannot import: pip install torch "
+        "(or install sr-seed-prefetch with its hooks extra: pip install -e '.[hooks]')"
+    ) from None
+
 from .designs import ForwardContextSeedPrefetcher, SRSeedPrefetcher
 from .drawers import DRAWERS, RandintDrawer, SeedDrawer, resolve_drawer
 from .hooks import (

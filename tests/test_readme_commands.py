@@ -56,3 +56,10 @@ def test_cited_repository_files_exist() -> None:
 def test_the_citation_check_can_fail() -> None:
     assert _CITED.findall("see `bench/gone.py` and git show abc:bench/old.py") == ["bench/gone.py"]
     assert not _exists("bench/gone.py") and _exists("bench/results/nvidia-h200-20261129")
+
+
+def test_the_readme_cites_nothing_a_clone_lacks() -> None:
+    """Files beside the repository (`../shared/...`) and the project's seed document are
+    not in a clone."""
+    text = " ".join((ROOT / "README.md").read_text().split())
+    assert "../" not in text and "seed document" not in text

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import shlex
 import shutil
 import sys
 import tempfile
@@ -17,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
 
-from . import journal, patch, releases, tree, vendor
+from . import journal, patch, releases, targets, tree, vendor
 from .designs import DESIGNS
 from .releases import RELEASES, Design, Site
 from .vendor import VendorError
@@ -67,21 +68,26 @@ def _parser() -> argparse.ArgumentParser:
             choices=list(Design),
             default=Design.RESET,
             help="reset (ours: the model runners delimit forwards; default) or "
-            "forward-context (the seed document's baseline: no runner edits)",
+            "forward-context (the baseline: forwards told apart by vLLM's ForwardContext, "
+            "no runner edits)",
         )
 
-    def base_option(command: argparse.ArgumentParser, without_path: str) -> None:
+    def base_option(command: argparse.ArgumentParser, without_path: str = "") -> None:
         command.add_argument(
             "--base",
             metavar="RELEASE",
             help="the vLLM release the target is based on, where its version does not say "
-            f"(a fork); {without_path}",
+            f"(a fork){'; ' + without_path if without_path else ''}.",
         )
 
-    def target_arguments(command: argparse.ArgumentParser, optional: bool) -> None:
+    def target_arguments(command: argparse.ArgumentParser, usage: str | None = None) -> None:
+        """PATH or --installed.  With `usage` (the other options), one of them is required:
+        argparse's own usage line would show both as optional."""
+        if usage is not None:
+            command.usage = f"%(prog)s [-h] (PATH | --installed) {usage}"
         command.add_argument(
             "path",
-            nargs="?" if optional else None,
+            nargs="?",
             type=Path,
             metavar="PATH",
             help="a vLLM tree (a git checkout, or a directory holding the vllm package, "
@@ -101,25 +107,25 @@ def _parser() -> argparse.ArgumentParser:
         "git repository in the cache ($SR_PREFETCH_CACHE or ~/.cache/sr-prefetch; its "
         "sources are read from the PyPI wheel once) and apply it there.",
     )
-    target_arguments(apply, optional=True)
+    target_arguments(apply)
     design_option(apply)
     base_option(apply, "without PATH, the release of the pristine tree")
     apply.set_defaults(run=_apply)
 
     check = commands.add_parser("check", help="dry run: what apply would do, file by file")
-    target_arguments(check, optional=True)
+    target_arguments(check, "[--design {reset,forward-context}] [--base RELEASE]")
     design_option(check)
-    base_option(check, "")
+    base_option(check)
     check.set_defaults(run=_check)
 
     revert = commands.add_parser("revert", help="take the applied design back out")
-    target_arguments(revert, optional=True)
-    base_option(revert, "")
+    target_arguments(revert, "[--base RELEASE]")
+    base_option(revert)
     revert.set_defaults(run=_revert)
 
     status = commands.add_parser("status", help="vLLM version, design applied, files touched")
-    target_arguments(status, optional=True)
-    base_option(status, "")
+    target_arguments(status, "[--base RELEASE]")
+    base_option(status)
     status.set_defaults(run=_status)
 
     export = commands.add_parser(
@@ -127,7 +133,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     design_option(export)
     base_option(export, "the release to write the patch against (default: the newest)")
-    export.add_argument("-o", "--output", type=Path, required=True, metavar="FILE")
+    export.add_argument(
+        "-o", "--output", type=Path, required=True, metavar="FILE", help="the file, or - for stdout"
+    )
     export.set_defaults(run=_export)
 
     build_op = commands.add_parser(
@@ -140,8 +148,8 @@ def _parser() -> argparse.ArgumentParser:
         "of compiling it. Needs nvcc and a C++ compiler, not a GPU. Run it where the engine's "
         "Python is (an image build, a deployment step).",
     )
-    target_arguments(build_op, optional=True)
-    base_option(build_op, "")
+    target_arguments(build_op, "[--base RELEASE] [--arch MAJOR.MINOR]")
+    base_option(build_op)
     build_op.add_argument(
         "--arch",
         type=_compute_capability,
@@ -179,14 +187,22 @@ def _target(args: argparse.Namespace) -> tree.Target:
     settled = patch.settle(target)
     if settled:
         print(f"Note: {settled}.")
+    targets.check_base(target.root, target.release)
     return target
 
 
 def _describe(target: tree.Target) -> str:
-    based = (
-        "" if target.version == target.release.version else f", based on {target.release.version}"
-    )
-    return f"vLLM {target.version}{based} ({target.kind}) at {target.root}"
+    if target.version is None:
+        named = f"vLLM based on {target.release.version}"
+    elif target.version == target.release.version:
+        named = f"vLLM {target.version}"
+    else:
+        named = f"vLLM {target.version}, based on {target.release.version}"
+    return f"{named} ({target.kind}) at {target.root}"
+
+
+def _stated(version: str | None) -> str:
+    return version or "not stated"
 
 
 def _apply(args: argparse.Namespace) -> int:
@@ -206,7 +222,11 @@ def _apply(args: argparse.Namespace) -> int:
     _print_reports(reports)
     _print_absent_sites(args.design, target.release)
     if pristine:
-        print(f"\nThe pristine tree is its git HEAD: see the change with git -C {target.root} diff")
+        root = shlex.quote(str(target.root))
+        print(
+            "\nThe pristine tree is its git HEAD; see the change (the added files too) with:\n"
+            f"  git -C {root} status --short -uall\n  git -C {root} diff"
+        )
     return 0
 
 
@@ -242,10 +262,11 @@ def _status(args: argparse.Namespace) -> int:
         try:
             target = _target(args)
         except tree.TreeError as error:
-            print(f"vLLM tree: {root}\nvLLM version: {tree.read_version(root)} ({error})")
+            print(f"vLLM tree: {root}\nvLLM version: {_stated(tree.read_version(root))}")
+            print(error)
             return 1
-    print(f"vLLM tree: {target.root} ({target.kind})\nvLLM version: {target.version}")
-    print(f"Patched as release: {target.release.version}")
+    print(f"vLLM tree: {target.root} ({target.kind})\nvLLM version: {_stated(target.version)}")
+    print(f"Based on release: {target.release.version}")
     report = patch.status(target)
     if report.problem is not None:
         print(f"Design applied: none whole\n{report.problem}")
@@ -271,12 +292,18 @@ def _export(args: argparse.Namespace) -> int:
         mail = tree.format_patch(clone)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(mail, encoding="utf-8")
+    if str(args.output) == "-":
+        sys.stdout.write(mail)
+        written, name, note = "stdout", "FILE", sys.stderr
+    else:
+        args.output.parent.mkdir(parents=True, exist_ok=True)
+        args.output.write_text(mail, encoding="utf-8")
+        written, name, note = str(args.output), shlex.quote(str(args.output)), sys.stdout
     print(
         f"Wrote the {args.design} design as a patch against vLLM v{release.version} to "
-        f"{args.output}; apply it in the fork with: git am --keep-non-patch {args.output}\n"
-        "(--keep-non-patch keeps the [Mamba] tag of the subject)"
+        f"{written}; apply it in the fork with: git am --keep-non-patch {name}\n"
+        "(--keep-non-patch keeps the [Mamba] tag of the subject)",
+        file=note,
     )
     return 0
 
@@ -304,7 +331,7 @@ def vendored_seed_kernel(target: tree.Target) -> ModuleType:
     if report.design is None:
         raise patch.PatchError(
             f"no sr-prefetch design is applied to {target.root}, so it has no seed kernel; "
-            "apply one first: sr-prefetch apply"
+            f"apply one first: sr-prefetch apply {shlex.quote(str(target.root))}"
         )
     stale = [r for r in report.files if r.state in ("stale", "unknown")]
     if stale:
@@ -323,11 +350,21 @@ def vendored_seed_kernel(target: tree.Target) -> ModuleType:
 
 def _build_op(args: argparse.Namespace) -> int:
     target = _target(args)
-    seed_kernel = vendored_seed_kernel(target)
+    try:
+        seed_kernel = vendored_seed_kernel(target)
+        import torch
+    except ModuleNotFoundError as error:
+        if (error.name or "").partition(".")[0] != "torch":
+            raise
+        print(
+            "sr-prefetch: build-op compiles with torch, which this Python cannot import: run "
+            "it with the engine's Python, or install the torch that vLLM "
+            f"{target.release.version} pins: pip install torch=={target.release.torch}",
+            file=sys.stderr,
+        )
+        return 1
     capabilities = args.arch
     if not capabilities:
-        import torch
-
         if not torch.cuda.is_available():
             print(
                 "sr-prefetch: this process sees no CUDA device to read the architectures "

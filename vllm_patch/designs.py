@@ -148,7 +148,7 @@ DESIGNS: dict[Design, DesignSpec] = {
     ),
     Design.FORWARD_CONTEXT: DesignSpec(
         Design.FORWARD_CONTEXT,
-        "forward-context identity (the seed document's baseline): no runner edits",
+        "forward-context identity (the baseline): no runner edits",
         _commit_message(_FORWARD_CONTEXT_MESSAGE.replace("{package}", vendor.VENDORED_PACKAGE)),
     ),
 }

@@ -126,6 +126,7 @@ def check(target: Target, design: Design) -> tuple[bool, list[FileReport]]:
 def _check(target: Target, design: Design) -> tuple[bool, list[FileReport], dict[str, str]]:
     """check's verdict and reports, and the patched text of each file it would change."""
     settle(target)
+    targets.check_base(target.root, target.release)
     applied = _applied(target)
     current = applied[0] if applied else None
     if applied and current is design:
@@ -274,7 +275,8 @@ def status(target: Target) -> TreeStatus:
                 "stale",
                 [
                     f"differs from what runner_hooks produces now: {', '.join(stale)}",
-                    "refresh it with: sr-prefetch revert PATH && sr-prefetch apply PATH",
+                    f"refresh it with: sr-prefetch revert {target.root} && "
+                    f"sr-prefetch apply {target.root}",
                 ],
             )
         )

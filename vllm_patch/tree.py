@@ -16,6 +16,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,8 +49,8 @@ def find_tree(path: Path) -> Path:
     return root
 
 
-def read_version(root: Path) -> str:
-    """The vLLM version of the tree at `root`.
+def read_version(root: Path) -> str | None:
+    """The vLLM version of the tree at `root`, or None where nothing tells it.
 
     Read, in order, from `vllm/_version.py` (written by builds and installs,
     kept in the pristine tree), from `git describe` (a fork's checkout has tags
@@ -76,10 +77,7 @@ def read_version(root: Path) -> str:
         for line in metadata.read_text(encoding="utf-8").splitlines():
             if line.startswith("Version:"):
                 return line.split(":", 1)[1].strip()
-    raise TreeError(
-        f"cannot tell the vLLM version of {root}: no vllm/_version.py, no v* git tag, "
-        "no vllm-*.dist-info"
-    )
+    return None
 
 
 class Kind(str, enum.Enum):
@@ -99,7 +97,8 @@ class Target:
 
     root: Path
     kind: Kind
-    version: str
+    version: str | None
+    """As the tree states it (read_version); None where only `--base` names it."""
     release: Release
     note: str | None = None
     """How the release was inferred from the version, where it was not exact."""
@@ -109,6 +108,11 @@ def resolve(path: Path, base: str | None = None) -> Target:
     """The target at `path`, its release read from its version or given as `base`."""
     root = find_tree(path)
     version = read_version(root)
+    if version is None and base is None:
+        raise TreeError(
+            f"cannot tell the vLLM version of {root}: no vllm/_version.py, no v* git tag, "
+            "no vllm-*.dist-info; name the release it is based on with --base RELEASE"
+        )
     if is_git_worktree(root):
         kind = Kind.GIT
     elif any(root.glob("vllm-*.dist-info")):
@@ -118,9 +122,10 @@ def resolve(path: Path, base: str | None = None) -> Target:
     try:
         if base is not None:
             release, note = releases.get(base), None
-            if version.split("+")[0] != release.version:
+            if version is not None and version.split("+")[0] != release.version:
                 note = f"vLLM {version}, patched as {release.version} (--base)"
         else:
+            assert version is not None
             release, note = releases.base_of(version)
     except releases.UnsupportedRelease as error:
         raise TreeError(f"{root}: {error}") from None
@@ -177,7 +182,10 @@ def pristine_tree(release: Release = releases.NEWEST) -> Path:
     if (target / ".git").is_dir():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
-    print(f"Fetching the vLLM {release.version} sources from PyPI into {target} (once) ...")
+    print(
+        f"Fetching the vLLM {release.version} sources from PyPI into {target} (once) ...",
+        file=sys.stderr,
+    )
     try:
         members = wheel.read_members(release.version)
     except wheel.WheelError as error:

@@ -11,6 +11,8 @@ test of --base builds vLLM 0.29.0's pristine tree in the cache once (a few secon
 from __future__ import annotations
 
 import hashlib
+import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -81,7 +83,7 @@ def test_apply_status_revert(
     status, out = run(capsys, "status", vllm_tree)
     assert status == 0, out
     assert f"vLLM version: {NEWEST.version}" in out
-    assert f"Patched as release: {NEWEST.version}" in out
+    assert f"Based on release: {NEWEST.version}" in out
     assert f"Design applied: {design} ({DESIGNS[design].summary})" in out
     assert all(path in out for path in expected)
 
@@ -182,6 +184,59 @@ def test_export_applies_with_git_am_and_gives_the_same_files(
     assert git(fresh, "diff", "--cached", "--stat", "HEAD~1") == ""
 
 
+def test_export_to_stdout_writes_the_patch_there_and_no_file(
+    pristine: Path,
+    cache: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    small_git_copy(pristine, cache / f"vllm-{NEWEST.version}")
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["export", "-o", "-"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.startswith("From ") and "Subject: [PATCH] [Mamba]" in captured.out
+    assert "git am --keep-non-patch" in captured.err  # the note goes beside the patch
+    assert not (tmp_path / "-").exists()
+
+
+def test_status_of_an_unpatched_tree_names_its_base_not_a_patch(
+    small_tree: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    status, out = run(capsys, "status", small_tree)
+    assert status == 0, out
+    assert f"Based on release: {NEWEST.version}\nDesign applied: none\n" in out
+    assert "Patched" not in out
+
+
+@pytest.mark.parametrize("command", ["check", "revert", "status", "build-op"])
+def test_usage_shows_path_or_installed_as_required_and_every_option(
+    command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit):
+        cli.main([command, "--help"])
+    usage, _, options = capsys.readouterr().out.partition("\n\n")
+    usage = " ".join(usage.split())
+    assert usage.startswith(f"usage: sr-prefetch {command} [-h] (PATH | --installed) "), usage
+    assert all(option in usage for option in set(re.findall(r"--[a-z-]+", options)) - {"--help"})
+    # and one of them is indeed required
+    assert cli.main([command]) == 1
+    assert f"sr-prefetch {command} needs PATH or --installed" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["apply", "check", "revert", "status", "export", "build-op"])
+def test_the_base_option_is_described_in_a_sentence(
+    command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit):
+        cli.main([command, "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    described = re.search(r"--base RELEASE (.*?)(?= -[-a-z]|$)", text)
+    assert described is not None, text
+    assert described.group(1).startswith("the vLLM release the target is based on")
+    assert described.group(1).endswith(".") and ";." not in described.group(1), described
+
+
 # --- the cached pristine trees ----------------------------------------------------------------
 
 
@@ -203,6 +258,8 @@ def test_apply_without_a_path_patches_the_cached_pristine_tree(
     status, out = run(capsys, "apply")
     assert status == 0, out
     assert f"at {cached}" in out and f"git -C {cached} diff" in out
+    # The hint shows the added (untracked) files too, and changes nothing.
+    assert f"git -C {cached} status --short -uall" in out
     assert changed_files(cached) == changed_paths(Design.RESET) | added_paths()
     # The commit stays pristine: HEAD is the base to diff and export against.
     assert git(cached, "log", "--format=%s") == f"vLLM v{NEWEST.version}\n"
@@ -266,7 +323,8 @@ def test_status_flags_a_vendored_copy_that_runner_hooks_has_moved_past(
     hooks.write_text(hooks.read_text() + "# an old copy\n")
     status, out = run(capsys, "status", small_tree)
     assert status == 0, out
-    assert "stale" in out and "sr-prefetch revert" in out
+    assert "stale" in out
+    assert f"sr-prefetch revert {small_tree} && sr-prefetch apply {small_tree}" in out
     # apply has nothing to do, and says the copy is stale.
     status, out = run(capsys, "apply", small_tree)
     assert status == 0 and "nothing to do" in out and "stale" in out, out
@@ -282,7 +340,7 @@ def test_status_of_an_unsupported_version_says_so(
     version_file.write_text(version_file.read_text().replace(NEWEST.version, "0.34.1"))
     status, out = run(capsys, "status", small_tree)
     assert status == 1
-    assert "vLLM version: 0.34.1 (" in out
+    assert "vLLM version: 0.34.1\n" in out
     assert f"newer than the newest supported release, {NEWEST.version}" in out and "--base" in out
 
 
@@ -297,7 +355,7 @@ def test_a_fork_checkout_s_version_comes_from_its_tag_and_names_its_base(
     assert status == 0, out
     assert f"Note: vLLM {NEWEST.version}+1 is taken to be based on {NEWEST.version}" in out
     assert f"vLLM version: {NEWEST.version}+1" in out
-    assert f"Patched as release: {NEWEST.version}" in out
+    assert f"Based on release: {NEWEST.version}" in out
     # Naming the base says what the note inferred: no note.
     status, out = run(capsys, "status", small_tree, "--base", NEWEST.version)
     assert status == 0 and "Note:" not in out, out
@@ -366,6 +424,8 @@ def test_build_op_refuses_a_tree_without_the_patch(
 ) -> None:
     status, out = run(capsys, "build-op", small_tree, "--arch", "9.0")
     assert status == 1 and "no sr-prefetch design is applied" in out, out
+    # The hint names the tree (without it, apply would patch the cache's pristine tree).
+    assert f"apply one first: sr-prefetch apply {small_tree.resolve()}\n" in out, out
     assert changed_files(small_tree) == set()
 
 
@@ -410,6 +470,17 @@ def test_build_op_says_why_it_cannot_build(
         pytest.skip("the seed kernel builds on this machine")
     assert status == 1 and out.count("sr-prefetch: ") == 1, out
     assert "built without CUDA" in out or "nvcc" in out or "failed" in out, out
+
+
+def test_build_op_without_torch_says_what_to_install_without_a_traceback(
+    small_tree: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert run(capsys, "apply", small_tree)[0] == 0
+    monkeypatch.setitem(sys.modules, "torch", None)  # None: "cannot be imported"
+    status, out = run(capsys, "build-op", small_tree, "--arch", "9.0")
+    assert status == 1, out
+    assert out.count("\n") == 1 and out.startswith("sr-prefetch: build-op compiles with torch")
+    assert f"pip install torch=={NEWEST.torch}" in out
 
 
 def test_build_op_without_a_gpu_asks_for_the_architectures(

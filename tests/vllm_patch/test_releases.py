@@ -14,6 +14,7 @@ import pytest
 from tests.vllm_patch.helpers import commit, run, snapshot, tree_files
 from vllm_patch import patch, releases, targets, tree
 from vllm_patch.releases import RELEASES, Design, Site
+from vllm_patch.syntax import Source
 
 VERSIONS = [release.version for release in RELEASES]
 
@@ -236,3 +237,104 @@ def test_export_writes_a_patch_that_git_am_applies_to_that_release(
     assert subject.startswith("[Mamba] ")
     status, out = run(capsys, "status", fork)
     assert status == 0 and f"Design applied: {design}" in out, out
+
+
+# --- a --base that disagrees with the tree ----------------------------------------------------
+
+WRAPPER = targets.replayssm_triton.PATH
+
+
+@pytest.mark.parametrize("command", ["check", "apply", "revert", "status"])
+def test_a_base_older_than_the_tree_is_refused_naming_what_it_lacks(
+    command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Patched as 0.26.0, a 0.30.0 tree would get `rand_seed=` passed to the Triton
+    ReplaySSM wrapper, which 0.26.0's table leaves unpatched, and its DBO capture unhooked."""
+    root = git_fork(tmp_path / "fork", releases.get("0.30.0"), "0.30.0")
+    before = snapshot(root)
+    status, out = run(capsys, command, root, "--base", "0.26.0")
+    assert status == 1, out
+    assert f"it has {WRAPPER}, which vLLM 0.26.0 lacks (added in 0.27.0)" in out
+    assert f"it has {Site.V2_UBATCH_CAPTURE} in {targets.v2_cudagraph.PATH}" in out
+    assert "calls selective_state_update_replayssm_output_only" in out
+    assert "--base: 0.30.0 to 0.33.0" in out
+    assert snapshot(root) == before
+
+
+def test_a_base_without_only_the_dbo_site_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = git_fork(tmp_path / "fork", releases.get("0.30.0"), "0.30.0")
+    before = snapshot(root)
+    status, out = run(capsys, "apply", root, "--base", "0.29.0")
+    assert status == 1, out
+    assert "ubatch_forward_fn (DBO)" in out and "0.29.0 lacks (added in 0.30.0)" in out
+    assert WRAPPER not in out  # 0.29.0 has the wrapper's file
+    assert snapshot(root) == before
+    # The control: the release the tree is.
+    status, out = run(capsys, "apply", root, "--base", "0.30.0")
+    assert status == 0, out
+
+
+def test_a_reverted_tree_under_a_wrong_base_stays_patched_and_whole(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = git_fork(tmp_path / "fork", releases.get("0.30.0"), "0.30.0")
+    before = snapshot(root)
+    assert run(capsys, "apply", root)[0] == 0
+    patched = snapshot(root)
+    status, out = run(capsys, "revert", root, "--base", "0.26.0")
+    assert status == 1 and "not laid out as vLLM 0.26.0" in out, out
+    assert snapshot(root) == patched
+    assert run(capsys, "revert", root)[0] == 0
+    assert snapshot(root) == before
+
+
+def test_a_call_of_the_wrapper_without_its_file_fits_no_release(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A fork of 0.30.0 that moved the wrapper elsewhere: the patch would pass its call a
+    rand_seed that nothing gives the function."""
+    root = git_fork(tmp_path / "fork", releases.get("0.30.0"), "0.30.0")
+    (root / WRAPPER).unlink()
+    commit(root, "move the wrapper")
+    before = snapshot(root)
+    status, out = run(capsys, "check", root, "--base", "0.26.0")
+    assert status == 1, out
+    assert "calls selective_state_update_replayssm_output_only" in out and "TypeError" in out
+    assert "no supported release is laid out as it is" in out
+    assert snapshot(root) == before
+
+
+def test_every_site_of_the_table_is_detected_in_the_tree() -> None:
+    """check_base tells a site of SITES_SINCE from the code: each has its detector, which
+    finds it in the release that added it and not in the one before."""
+    assert set(targets._SITE_DETECTORS) == set(releases.SITES_SINCE)
+    for site, since in releases.SITES_SINCE.items():
+        path, detect = targets._SITE_DETECTORS[site]
+        added = releases.get(since)
+        before = RELEASES[RELEASES.index(added) - 1]
+        for release, expected in ((added, True), (before, False)):
+            text = tree.release_files(release, (path,))[path].decode()
+            assert detect(Source(text, path)) is expected, (site, release.version)
+
+
+def test_an_unversioned_checkout_is_patched_with_base_and_refused_naming_it_without(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A fork's checkout with no vllm/_version.py and no tags."""
+    root = git_fork(tmp_path / "fork", releases.get("0.30.0"), "0.30.0")
+    (root / "vllm/_version.py").unlink()
+    commit(root, "no version file")
+    before = snapshot(root)
+    for command in ("apply", "status"):
+        status, out = run(capsys, command, root)
+        assert status == 1 and "cannot tell the vLLM version" in out and "--base" in out, out
+    assert snapshot(root) == before
+    status, out = run(capsys, "apply", root, "--base", "0.30.0")
+    assert status == 0, out
+    assert f"vLLM based on 0.30.0 (git tree) at {root}" in out
+    status, out = run(capsys, "status", root, "--base", "0.30.0")
+    assert status == 0 and "vLLM version: not stated" in out and "Design applied: reset" in out
+    assert run(capsys, "revert", root, "--base", "0.30.0")[0] == 0
+    assert snapshot(root) == before

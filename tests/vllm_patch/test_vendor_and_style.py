@@ -204,3 +204,12 @@ def test_the_vendored_package_is_linted_and_formatted_as_vllm_does(
     assert lint.returncode == 0, lint.stdout
     formatted = ruff("format", "--check", *VLLM_RUFF[:2], vendored)
     assert formatted.returncode == 0, formatted.stdout + formatted.stderr
+
+
+def test_runner_hooks_import_check_for_torch_stays_out_of_vllm() -> None:
+    """runner_hooks/__init__.py tells an install without torch what to install; vLLM has
+    torch, and no file that lands in it names a package outside it."""
+    source = (vendor.source_dir() / "__init__.py").read_text()
+    assert "import torch" in source and "pip install" in source  # the control
+    vendored = vendor.vendored_files()[f"{vendor.VENDORED_PACKAGE}/__init__.py"].decode()
+    assert "import torch" not in vendored and "pip install" not in vendored

@@ -9,8 +9,12 @@ ReplaySSM call only.
 
 from __future__ import annotations
 
-from ..releases import Design, Release
-from ..syntax import FileOperations
+from collections.abc import Callable
+from pathlib import Path
+
+from ..releases import FILES_SINCE, RELEASES, SITES_SINCE, Design, Release, Site, get
+from ..syntax import FileOperations, SiteError, Source
+from ..tree import TreeError
 from . import (
     envs,
     mamba_mixer2,
@@ -57,3 +61,75 @@ def file_operations(design: Design, release: Release) -> tuple[FileOperations, .
             v2_cudagraph.operations(release),
         ]
     return tuple(files)
+
+
+class BaseMismatch(TreeError):
+    """The tree has a file or site that the release it is patched as lacks (a wrong
+    `--base`): the patch would leave it out, and the tree broken."""
+
+
+_SITE_DETECTORS: dict[Site, tuple[str, Callable[[Source], bool]]] = {
+    Site.V2_UBATCH_CAPTURE: (v2_cudagraph.PATH, v2_cudagraph.has_ubatch_capture),
+}
+"""For each site of releases.SITES_SINCE: its file, and whether a file has the site."""
+
+
+def check_base(root: Path, release: Release) -> None:
+    """Refuses (BaseMismatch) to patch the tree at `root` as `release` where the tree
+    has what `release` lacks: a file of FILES_SINCE, a site of SITES_SINCE, or the call
+    that the patch passes a `rand_seed` only the Triton ReplaySSM wrapper's edit adds."""
+    layout = _layout(root)
+    problems = [
+        f"it has {what}, which vLLM {release.version} lacks (added in {since})"
+        for what, since, shown in layout
+        if shown and not _since(release, since)
+    ]
+    calls_wrapper = _file_has(root, mamba_mixer2.PATH, mamba_mixer2.has_call)
+    if calls_wrapper and not release.has_file(replayssm_triton.PATH):
+        problems.append(
+            f"{mamba_mixer2.PATH} calls {replayssm_triton.FUNCTION}, and the patch passes that "
+            f"call rand_seed=, which only the edit of {replayssm_triton.PATH} adds (vLLM "
+            f"{FILES_SINCE[replayssm_triton.PATH]} on): a TypeError at its first call"
+        )
+    if not problems:
+        return
+    fits = [
+        r.version
+        for r in RELEASES
+        if all(_since(r, since) == shown for _, since, shown in layout)
+        and (r.has_file(replayssm_triton.PATH) or not calls_wrapper)
+    ]
+    if fits:
+        advice = "name the release it is based on with --base: " + (
+            f"{fits[0]} to {fits[-1]} are laid out as it is" if len(fits) > 1 else fits[0]
+        )
+    else:
+        advice = "no supported release is laid out as it is"
+    raise BaseMismatch(
+        f"{root} is not laid out as vLLM {release.version}, the release it is patched as; "
+        "nothing was changed:\n" + "".join(f"  {line}\n" for line in problems) + advice
+    )
+
+
+def _layout(root: Path) -> list[tuple[str, str, bool]]:
+    """Each row of the table (FILES_SINCE, SITES_SINCE) in words, the release that added
+    it, and whether the tree at `root` has it."""
+    rows = [(path, since, (root / path).is_file()) for path, since in FILES_SINCE.items()]
+    for site, since in SITES_SINCE.items():
+        path, has_site = _SITE_DETECTORS[site]
+        rows.append((f"{site} in {path}", since, _file_has(root, path, has_site)))
+    return rows
+
+
+def _since(release: Release, version: str) -> bool:
+    return release.key >= get(version).key
+
+
+def _file_has(root: Path, path: str, holds: Callable[[Source], bool]) -> bool:
+    file = root / path
+    if not file.is_file():
+        return False
+    try:
+        return holds(Source(file.read_bytes().decode("utf-8"), path))
+    except (SiteError, UnicodeDecodeError):
+        return False  # the edits themselves report a file they cannot read

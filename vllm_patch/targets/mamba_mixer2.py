@@ -29,7 +29,7 @@ SSU_DISPATCH = "vllm.model_executor.layers.mamba.ops.ssu_dispatch"
 SEED = "_prefetched_sr_seed"
 
 
-def _has_call(source: Source) -> bool:
+def has_call(source: Source) -> bool:
     """Whether the file calls the Triton ReplaySSM wrapper (0.27.0 on)."""
     return any(is_call(node, CALL) for node in ast.walk(source.tree))
 
@@ -40,7 +40,7 @@ def operations(design: Design) -> FileOperations:
         PATH,
         (
             only_where(
-                _has_call,
+                has_call,
                 AddImportedNames(
                     why=f"mamba_mixer2.py imports {SEED} from ssu_dispatch.py",
                     at=Find("", f"`from {SSU_DISPATCH} import ...`", imports_from(SSU_DISPATCH)),
@@ -48,7 +48,7 @@ def operations(design: Design) -> FileOperations:
                 ),
             ),
             only_where(
-                _has_call,
+                has_call,
                 AddArgument(
                     why="the Triton ReplaySSM call passes the prefetched seed",
                     at=Find(

@@ -19,6 +19,7 @@ from ..syntax import (
     FileOperations,
     Find,
     Operation,
+    Source,
     WrapInWith,
     contains_call,
     landing,
@@ -34,6 +35,15 @@ PATH = "vllm/v1/worker/gpu/cudagraph_utils.py"
 
 _CAPTURE = "ModelCudaGraphManager.capture"
 _FORWARD_FN = forward_context_with(f"{_CAPTURE}.create_forward_fn.forward_fn", "model")
+UBATCH_FORWARD_FN = "ubatch_forward_fn"
+
+
+def has_ubatch_capture(source: Source) -> bool:
+    """Whether the file defines the DBO capture's `ubatch_forward_fn` (0.30.0 on)."""
+    return any(
+        isinstance(node, ast.FunctionDef) and node.name == UBATCH_FORWARD_FN
+        for node in ast.walk(source.tree)
+    )
 
 
 def operations(release: Release) -> FileOperations:
@@ -44,7 +54,7 @@ def operations(release: Release) -> FileOperations:
                 why="DBO capture: the micro-batched forward runs inside the hooks",
                 site=Site.V2_UBATCH_CAPTURE,
                 at=Find(
-                    f"{_CAPTURE}.create_forward_fn.ubatch_forward_fn",
+                    f"{_CAPTURE}.create_forward_fn.{UBATCH_FORWARD_FN}",
                     "statement that runs the micro-batched forward (`finish()`)",
                     lambda n: isinstance(n, ast.Expr) and contains_call(n, "finish"),
                 ),
