@@ -1,16 +1,22 @@
-"""Per-forward hooks for model runners; Mamba stochastic-rounding seed prefetchers."""
+"""Per-forward hooks for model runners; Mamba stochastic-rounding seed prefetchers.
 
-from .designs import ForwardContextSeedPrefetcher, SRSeedPrefetcher
-from .drawers import DRAWERS, RandintDrawer, SeedDrawer, resolve_drawer
-from .hooks import (
+`core` is the reset design's unit and `baseline` the forward-context design's:
+each is what its vLLM patch vendors.  The names here add the bench's choices.
+"""
+
+from .baseline.side_stream import SyncPlan, UnjoinedCaptureError
+from .core import (
     ForwardHook,
     ForwardHookHandle,
-    ForwardHooks,
     ForwardInfo,
+    IncompleteSeedBatchError,
     NestedForwardError,
+    WrongStreamError,
 )
-from .prefetch import IncompleteSeedBatchError, WrongStreamError
-from .sync import SYNC_PLANS, SyncPlan, resolve_sync_plan
+from .core.prefetch import SeedDrawer
+from .drawers import DRAWERS, RandintDrawer, resolve_drawer
+from .sync import SYNC_PLANS, resolve_sync_plan
+from .variants import ForwardContextSeedPrefetcher, ForwardHooks, SRSeedPrefetcher
 
 __all__ = [
     "DRAWERS",
@@ -26,6 +32,7 @@ __all__ = [
     "SRSeedPrefetcher",
     "SeedDrawer",
     "SyncPlan",
+    "UnjoinedCaptureError",
     "WrongStreamError",
     "resolve_drawer",
     "resolve_sync_plan",

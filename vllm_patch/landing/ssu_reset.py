@@ -23,21 +23,20 @@ def _attach_sr_seed_prefetcher(
         return
     num_layers = len(mamba2_layers)
     _sr_seed_prefetcher = SRSeedPrefetcher(
-        num_layers,
-        "cuda",
-        drawer=envs.VLLM_MAMBA_SR_SEED_DRAWER,
-        check_offsets=envs.VLLM_MAMBA_SR_SEED_CHECK,
+        num_layers, "cuda", check_offsets=envs.VLLM_MAMBA_SR_SEED_CHECK
     )
-    prefetch = _sr_seed_prefetcher.prefetch
+    if _sr_seed_prefetcher.inactive_reason is not None:
+        logger.warning_once(
+            "VLLM_MAMBA_SR_SEED_PREFETCH is set but inactive: %s.",
+            _sr_seed_prefetcher.inactive_reason,
+        )
+        return
     logger.info_once(
         "Prefetching Mamba stochastic-rounding seeds for %d layers per forward "
-        "(explicit-reset design, %s %s, %s).",
+        "with one kernel (explicit-reset design, %s %s).",
         num_layers,
         mamba_config.backend.value,
         "ReplaySSM" if use_replayssm else "SSU",
-        f"{prefetch.drawer.name} drawer, {prefetch.plan.name} sync plan"
-        if prefetch is not None
-        else f"inactive: {_sr_seed_prefetcher.inactive_reason}",
     )
 
 

@@ -103,9 +103,8 @@ void stock_seeds(const at::Tensor& out) {
 
 }  // namespace
 
-// The namespace comes from the build (seed_kernel.OP_NAMESPACE): runner_hooks here, a
-// vLLM-side one in vLLM's copy. One more macro level expands it before TORCH_LIBRARY
-// pastes and stringifies it.
+// The namespace comes from the build (seed_kernel.OP_NAMESPACE); one more macro
+// level expands it before TORCH_LIBRARY pastes and stringifies it.
 #ifndef SR_SEED_OP_NAMESPACE
 #error "build with -DSR_SEED_OP_NAMESPACE=<namespace> (see seed_kernel.py)"
 #endif
