@@ -176,8 +176,8 @@ class SideStreamSeedPrefetch(SeedPrefetch):
                 batch.join()
             else:
                 raise UnjoinedCaptureError(
-                    f"{self.owner}: the CUDA graph capture of a forward ended with "
-                    f"{batch.consumed} of its {self.num_seeds} seeds consumed and "
-                    "the side stream of their draws not joined"
+                    f"{self.owner}: a capture ended, its forward having consumed "
+                    f"{batch.consumed} of the {self.num_seeds} seeds it drew, "
+                    "before the side stream of their draws was joined"
                 )
         super().finish(batch)

@@ -30,7 +30,6 @@ class ForwardInfo:
 
 class ForwardHook(Protocol):
     def on_forward_begin(self, info: ForwardInfo) -> None: ...
-
     def on_forward_end(self, info: ForwardInfo) -> None: ...
 
 
@@ -41,8 +40,8 @@ class NestedForwardError(RuntimeError):
 class ForwardHooks:
     """The hooks of one model runner; forwards do not nest."""
 
+    # What forward(None) returns: a shared context that does nothing.
     UNHOOKED: ClassVar[AbstractContextManager[None]] = nullcontext()
-    """What `forward(None)` returns: a shared context that does nothing."""
 
     def __init__(self) -> None:
         self._hooks: list[ForwardHook] = []
@@ -82,10 +81,10 @@ class ForwardHooks:
 
     @contextmanager
     def _forward(self, info: ForwardInfo) -> Iterator[None]:
-        """Begins hooks in order and ends those begun in reverse, also on errors.
+        """Begins the hooks in order, ends those begun in reverse, also on errors.
 
-        An exception of the body propagates as itself; what the hooks raise as
-        they end is then logged. Otherwise the first hook error is raised.
+        The body's exception propagates as itself, and what the hooks raise as
+        they end is logged; otherwise the first hook error is raised.
         """
         if self._current is not None:
             raise NestedForwardError(

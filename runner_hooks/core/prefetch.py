@@ -2,29 +2,19 @@
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM project
 """A forward's stochastic-rounding seeds, drawn up front and taken by index.
 
-Why it is race-free, with no host synchronize and no timing assumption:
-
-* Values. A drawer advances the device's default CUDA generator as the N stock
-  `torch.randint(0, 2**32, (1,))` calls would, in the same order, so seed k is
-  stock's k-th draw, eagerly and on every graph replay, as long as nothing
-  else draws between the Mamba layers of a forward (`check_offsets` checks it
-  eagerly). Calls beyond N draw inline after the N: stock's order again.
-* Seeds before their readers. The draws are enqueued on the forward's stream
-  as it begins, so stream order puts them before every consumer; a forward's
-  consumers run on that stream (`take` refuses any other).
-* The eager buffer. One buffer serves every eager forward. The next forward's
-  draws may overwrite it only after the previous forward's consumers: on the
-  same stream, stream order does it; on another stream, a handover event is
-  recorded on the previous forward's stream and waited on before the draws.
-  The previous stream may be the legacy default stream (handle 0), which
-  does not order the non-blocking streams of torch's pool, so "no earlier
-  forward" is None, never a handle, and the event is recorded on the previous
-  Stream object itself. The buffer is `record_stream`ed on each stream that
-  reads it, when the stream changes, so freeing it with its prefetcher (at
-  a KV cache init) returns it to the allocator only after those reads.
-* Capture. A captured forward draws into a buffer allocated in the graph's
-  pool, which eager forwards never share; graphs sharing a pool replay one
-  after another on one stream.
+Race-free with CUDA stream order and events only:
+- Values: the drawer advances the CUDA generator as the N stock draws would, so
+  seed k is stock's k-th, unless something else draws between Mamba layers
+  (`check_offsets` checks eager forwards).
+- Seeds before readers: a forward's draws are enqueued on its stream as it
+  begins, and its consumers run on that stream (`take` refuses others).
+- The eager buffer, shared by eager forwards: a forward on another stream than
+  the last eager one first waits for a handover event recorded on that stream,
+  which may be the legacy default stream (handle 0; pool streams do not sync
+  with it), so "no earlier forward" is None. The buffer is `record_stream`ed on
+  each stream that reads it, so freeing it with its prefetcher is deferred
+  until those reads are done.
+- Capture: a captured forward draws into a buffer of the graph's pool.
 """
 
 from __future__ import annotations
@@ -39,8 +29,7 @@ logger = logging.getLogger(__name__)
 
 NO_CUDA = "no CUDA device"
 
-# Both read on every SSU call, without the Python frames of their
-# torch.cuda wrappers; the raw stream handle needs no Stream object.
+# Read on every SSU call: no Python frame, no Stream object.
 _is_capturing = torch._C._cuda_isCurrentStreamCapturing
 _current_stream_handle = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 
@@ -57,9 +46,7 @@ class SeedDrawer(Protocol):
     name: str
 
     def draw(self, out: torch.Tensor) -> None:
-        """Fills 1-D int64 `out` on the current stream with the values that
-        len(out) consecutive stock draws would return, advancing the
-        generator as they would."""
+        """Fills `out` with len(out) stock draws' values, on the current stream."""
 
 
 def cuda_device(device: torch.device | str, num_seeds: int) -> torch.device | None:
@@ -75,12 +62,7 @@ def cuda_device(device: torch.device | str, num_seeds: int) -> torch.device | No
 
 
 class GeneratorOffsetCheck:
-    """Warns once if the CUDA generator moved between the draws and a seed's use.
-
-    Another draw between Mamba layers (VLLM_MOE_ROUTING_SIMULATION_STRATEGY
-    draws in every MoE layer) lands between two of stock's seeds, so the
-    prefetched seeds are then not stock's. The offset is read on the host.
-    """
+    """Warns once if the CUDA generator moved between the draws and a seed's use."""
 
     def __init__(self, owner: str, device_index: int) -> None:
         self._owner = owner
@@ -95,13 +77,11 @@ class GeneratorOffsetCheck:
         if now != expected and not self._warned:
             self._warned = True
             logger.warning(
-                "%s: the CUDA generator moved by %d between a forward's seed draws "
-                "and its Mamba SSU call %d: something else draws random numbers "
-                "between Mamba layers, so the seeds are not stock's and outputs "
-                "are not bit-identical to stock's. Unset "
-                "VLLM_MAMBA_SR_SEED_PREFETCH for stock's seeds. (warned once)",
+                "%s: something drew from the CUDA generator between a forward's "
+                "seed draws and its Mamba SSU call %d (as "
+                "VLLM_MOE_ROUTING_SIMULATION_STRATEGY does), so its seeds are not "
+                "stock's. Unset VLLM_MAMBA_SR_SEED_PREFETCH for stock's seeds.",
                 self._owner,
-                now - expected,
                 seed_index,
             )
         return now
@@ -184,8 +164,7 @@ class SeedPrefetch:
         self._device_index = device.index
         self.drawer = drawer
         self._eager_buffer = self._new_buffer()
-        # The last eager forward's stream, whose consumers may still read the
-        # eager buffer (None before the first), and its raw handle.
+        # The last eager forward's stream (None before the first) and handle.
         self._eager_stream: torch.cuda.Stream | None = None
         self._eager_stream_handle: int | None = None
         self._handover = torch.cuda.Event()
@@ -199,8 +178,7 @@ class SeedPrefetch:
         return SeedBuffer(whole, whole.split(1))
 
     def _hand_over(self) -> torch.cuda.Event | None:
-        """For an eager forward: the event its draws wait on, if its stream
-        differs from the previous eager forward's."""
+        """The event an eager forward's draws wait on, if its stream changed."""
         handle = _current_stream_handle(self._device_index)  # type: ignore[misc]
         if handle == self._eager_stream_handle:
             return None
@@ -240,18 +218,15 @@ class SeedPrefetch:
             return
         if batch.under_capture:
             raise IncompleteSeedBatchError(
-                f"{self.owner}: a forward captured in a CUDA graph consumed "
-                f"{batch.consumed} of the {self.num_seeds} seeds it drew, so the "
-                "graph would leave the generator past stock. A forward that runs "
-                f"the SSU must call it once per Mamba-2 layer ({self.num_seeds}), "
-                "or be marked runs_ssu=False."
+                f"{self.owner}: a captured forward consumed {batch.consumed} of "
+                f"the {self.num_seeds} seeds it drew; it must call the SSU once per "
+                "Mamba-2 layer, or be marked runs_ssu=False"
             )
         if not self._warned_unconsumed:
             self._warned_unconsumed = True
             logger.warning(
-                "%s: a forward consumed %d of the %d seeds it drew; the CUDA "
-                "generator is now past where stock would leave it, so later "
-                "seeds differ from stock's. (warned once)",
+                "%s: a forward consumed %d of the %d seeds it drew, so later seeds "
+                "differ from stock's (warned once)",
                 self.owner,
                 batch.consumed,
                 self.num_seeds,
