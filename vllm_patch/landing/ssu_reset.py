@@ -25,18 +25,14 @@ def _attach_sr_seed_prefetcher(
     _sr_seed_prefetcher = SRSeedPrefetcher(
         num_layers, "cuda", check_offsets=envs.VLLM_MAMBA_SR_SEED_CHECK
     )
-    if _sr_seed_prefetcher.inactive_reason is not None:
-        logger.warning_once(
-            "VLLM_MAMBA_SR_SEED_PREFETCH is set but inactive: %s.",
-            _sr_seed_prefetcher.inactive_reason,
-        )
-        return
-    logger.info_once(
+    inactive = _sr_seed_prefetcher.inactive_reason
+    (logger.info_once if inactive is None else logger.warning_once)(
         "Prefetching Mamba stochastic-rounding seeds for %d layers per forward "
-        "with one kernel (explicit-reset design, %s %s).",
+        "(explicit-reset design, %s %s%s).",
         num_layers,
         mamba_config.backend.value,
         "ReplaySSM" if use_replayssm else "SSU",
+        "" if inactive is None else f", inactive: {inactive}",
     )
 
 

@@ -78,8 +78,10 @@ def test_it_engages_when_every_condition_holds_with_n_mamba2_layers(
     assert [args[:2] for args in engaged] == [(NUM_LAYERS, "cuda")]
     assert ssu_dispatch._sr_seed_prefetcher is not None
     # No CUDA device here: the prefetcher is attached but draws nothing ahead.
-    assert [line for line in logged if "SEED" in line or "seeds" in line] == [
-        "VLLM_MAMBA_SR_SEED_PREFETCH is set but inactive: no CUDA device."
+    name = "explicit-reset" if DESIGN == "reset" else DESIGN
+    assert [line for line in logged if "seeds" in line] == [
+        f"Prefetching Mamba stochastic-rounding seeds for {NUM_LAYERS} layers per forward "
+        f"({name} design, flashinfer SSU, inactive: no CUDA device)."
     ]
     # Initialised again (memory profiling, then the real KV cache): replaced.
     ssu_dispatch.initialize_mamba_ssu_backend(mamba_config(), kv_cache_config(mamba2=3))
