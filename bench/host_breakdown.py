@@ -33,8 +33,9 @@ from pathlib import Path
 import torch
 
 from runner_hooks import ForwardHooks, ForwardInfo, SRSeedPrefetcher
-from runner_hooks import prefetch as prefetch_module
-from runner_hooks.prefetch import SeedBatch
+from runner_hooks.baseline.side_stream import SideStreamSeedBatch, SideStreamSeedPrefetch
+from runner_hooks.core import prefetch as prefetch_module
+from runner_hooks.core.prefetch import SeedBatch
 
 from .model import DecodeModel, MixerShape
 from .stats import BOOTSTRAP_SEED, RESAMPLES, bootstrap_medians, interval_of, quantile, seeded_rng
@@ -47,16 +48,18 @@ RUNNER_HOOKS_NAMES = (
     "runner_hooks.ForwardInfo",
     "runner_hooks.SRSeedPrefetcher.prefetch",
     "runner_hooks.SRSeedPrefetcher.next_seed",
-    "runner_hooks.prefetch.SeedBatch.take",
-    "runner_hooks.prefetch.SeedBatch.consumed",
-    "runner_hooks.prefetch.SeedPrefetch.schedule",
-    "runner_hooks.prefetch._is_capturing",
-    "runner_hooks.prefetch._current_stream_handle",
+    "runner_hooks.core.prefetch.SeedBatch.take",
+    "runner_hooks.core.prefetch.SeedBatch.consumed",
+    "runner_hooks.core.prefetch.SeedPrefetch.schedule",
+    "runner_hooks.core.prefetch._is_capturing",
+    "runner_hooks.core.prefetch._current_stream_handle",
+    "runner_hooks.baseline.side_stream.SideStreamSeedBatch",
+    "runner_hooks.baseline.side_stream.SideStreamSeedPrefetch",
 )
 """The runner_hooks names this script uses, checked by the CPU test; the
 instance attributes it reads (SRSeedPrefetcher._batch, SeedPrefetch.drawer,
-_eager_buffer, _side_stream, _device_index, SeedBuffer.whole and .seeds, and
-SeedBatch's constructor) are exercised by that test's run of every step."""
+_eager_buffer, _device_index, SeedBuffer.whole and .seeds, and the batches'
+constructors) are exercised by that test's run of every step."""
 
 STEPS: tuple[tuple[str, str], ...] = (
     ("floor", "floor (fixed seed)"),
@@ -101,8 +104,10 @@ def breakdown_steps(parts: Breakdown) -> dict[str, Step]:
     is_capturing = prefetch_module._is_capturing
     stream_handle = prefetch_module._current_stream_handle
     device_index = prefetch._device_index
-    # The forward's stream, where the plan's events need it; built once, as schedule() does.
-    forward_stream = torch.cuda.current_stream() if prefetch._side_stream is not None else None
+    # The forward's stream, where a side-stream plan's events need it, built once as
+    # schedule() does.
+    side_stream = isinstance(prefetch, SideStreamSeedPrefetch)
+    forward_stream = torch.cuda.current_stream() if side_stream else None
     next_seed = prefetcher.next_seed
 
     def floor_seed() -> torch.Tensor:
@@ -150,7 +155,12 @@ def breakdown_steps(parts: Breakdown) -> dict[str, Step]:
             batch.consumed = len(views)
 
     def takes() -> None:
-        batch = SeedBatch("host-breakdown", buffer, device_index, forward_stream, False)
+        args = ("host-breakdown", buffer, device_index, False, None)
+        batch = (
+            SideStreamSeedBatch(*args, forward_stream)  # type: ignore[arg-type]
+            if side_stream
+            else SeedBatch(*args)  # type: ignore[arg-type]
+        )
         model.forward(batch.take)  # type: ignore[arg-type]
 
     def design() -> None:

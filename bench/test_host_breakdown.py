@@ -14,10 +14,9 @@ import importlib
 import pytest
 import torch
 
-from runner_hooks import ForwardHooks, SRSeedPrefetcher, designs
-from runner_hooks import prefetch as prefetch_module
-from runner_hooks.drawers import resolve_drawer
-from runner_hooks.sync import resolve_sync_plan
+from runner_hooks import ForwardHooks, SRSeedPrefetcher, variants
+from runner_hooks.core import prefetch as prefetch_module
+from runner_hooks.core import reset as reset_module
 
 from . import host_breakdown
 from .cpu_fakes import LayoutCheckingSsu, counting_clock
@@ -58,19 +57,19 @@ class FakeEvent:
 def cpu_breakdown(monkeypatch):
     """The breakdown's parts on the CPU: a real SRSeedPrefetcher over a real SeedPrefetch."""
 
-    def cpu_seed_prefetch(owner, num_ssu_calls, device, sync_plan, drawer, check_offsets=False):
+    def cpu_seed_prefetch(owner, num_ssu_calls, device, plan, make_drawer, check_offsets):
+        assert plan is not None and not plan.side_stream
         return prefetch_module.SeedPrefetch(
-            type(owner).__name__,
-            num_ssu_calls,
-            torch.device("cpu"),
-            resolve_drawer(drawer),
-            resolve_sync_plan(sync_plan),
+            type(owner).__name__, num_ssu_calls, torch.device("cpu"), make_drawer()
         )
 
-    monkeypatch.setattr(designs, "_seed_prefetch", cpu_seed_prefetch)
+    monkeypatch.setattr(variants, "_seed_prefetch", cpu_seed_prefetch)
+    monkeypatch.setattr(reset_module, "cuda_device", lambda device, n: torch.device("cpu"))
     monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
     monkeypatch.setattr(prefetch_module, "_current_stream_handle", lambda index: 0)
     monkeypatch.setattr(prefetch_module, "_is_capturing", lambda: False)
+    # One stream on the CPU: never a handover.
+    monkeypatch.setattr(prefetch_module.SeedPrefetch, "_hand_over", lambda self: None)
     ssu = LayoutCheckingSsu()
     model = DecodeModel(
         SMALL, num_layers=LAYERS, batch_size=1, gemms=False, device=torch.device("cpu"), ssu=ssu

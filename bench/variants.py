@@ -192,7 +192,7 @@ def unavailable_errors() -> tuple[type[BaseException], ...]:
     or load; an ImportError covers a drawer module that is not there.
     """
     try:
-        from runner_hooks.seed_kernel import SeedKernelUnavailable
+        from runner_hooks.core.seed_kernel import SeedKernelUnavailable
     except ImportError:
         return (ImportError,)
     return (ImportError, SeedKernelUnavailable)

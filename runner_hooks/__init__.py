@@ -1,4 +1,8 @@
-"""Per-forward hooks for model runners; Mamba stochastic-rounding seed prefetchers."""
+"""Per-forward hooks for model runners; Mamba stochastic-rounding seed prefetchers.
+
+`core` is the reset design's unit and `baseline` the forward-context design's:
+each is what its vLLM patch vendors.  The names here add the bench's choices.
+"""
 
 try:
     import torch  # noqa: F401
@@ -10,17 +14,19 @@ except ModuleNotFoundError as error:
         "(or install sr-seed-prefetch with its hooks extra: pip install -e '.[hooks]')"
     ) from None
 
-from .designs import ForwardContextSeedPrefetcher, SRSeedPrefetcher
-from .drawers import DRAWERS, RandintDrawer, SeedDrawer, resolve_drawer
-from .hooks import (
+from .baseline.side_stream import SyncPlan, UnjoinedCaptureError
+from .core import (
     ForwardHook,
     ForwardHookHandle,
-    ForwardHooks,
     ForwardInfo,
+    IncompleteSeedBatchError,
     NestedForwardError,
+    WrongStreamError,
 )
-from .prefetch import IncompleteSeedBatchError, WrongStreamError
-from .sync import SYNC_PLANS, SyncPlan, resolve_sync_plan
+from .core.prefetch import SeedDrawer
+from .drawers import DRAWERS, RandintDrawer, resolve_drawer
+from .sync import SYNC_PLANS, resolve_sync_plan
+from .variants import ForwardContextSeedPrefetcher, ForwardHooks, SRSeedPrefetcher
 
 __all__ = [
     "DRAWERS",
@@ -36,6 +42,7 @@ __all__ = [
     "SRSeedPrefetcher",
     "SeedDrawer",
     "SyncPlan",
+    "UnjoinedCaptureError",
     "WrongStreamError",
     "resolve_drawer",
     "resolve_sync_plan",

@@ -19,8 +19,11 @@ from runner_hooks import (
     ForwardHooks,
     ForwardInfo,
     SRSeedPrefetcher,
-    designs,
+    variants,
 )
+from runner_hooks.baseline import prefetcher as baseline_module
+from runner_hooks.core import prefetch as prefetch_module
+from runner_hooks.core import reset as reset_module
 
 N = 4
 
@@ -58,7 +61,9 @@ class FakePrefetch:
 @pytest.fixture
 def fake(monkeypatch: pytest.MonkeyPatch) -> FakePrefetch:
     prefetch = FakePrefetch()
-    monkeypatch.setattr(designs, "_seed_prefetch", lambda *args: prefetch)
+    monkeypatch.setattr(variants, "_seed_prefetch", lambda *args: prefetch)
+    for module in (reset_module, baseline_module):
+        monkeypatch.setattr(module, "cuda_device", lambda device, n: torch.device("cuda", 0))
     return prefetch
 
 
@@ -191,8 +196,8 @@ def test_without_cuda_both_designs_disable_gracefully(device: str) -> None:
     reset = SRSeedPrefetcher(N, device)
     hooks.register(reset)
     base = ForwardContextSeedPrefetcher(N, device, lambda: Forward())
-    assert not reset.enabled and reset.prefetch is None
-    assert not base.enabled and base.prefetch is None
+    assert reset.prefetch is None and reset.inactive_reason == prefetch_module.NO_CUDA
+    assert base.prefetch is None and base.inactive_reason == prefetch_module.NO_CUDA
     with hooks.forward(ForwardInfo(runs_ssu=True)):
         assert reset.next_seed() is None
         assert base.next_seed() is None
@@ -213,44 +218,47 @@ def test_unknown_plan_or_drawer_names_are_refused_even_when_disabled() -> None:
 
 @pytest.fixture
 def cuda_without_the_kernel(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """A CUDA device as far as _seed_prefetch looks, where the seed kernel cannot
+    """A CUDA device as far as the prefetchers look, where the seed kernel cannot
     be built; returns the drawers that were built."""
-    from runner_hooks import drawers, seed_kernel
+    from runner_hooks.core import seed_kernel
 
     built: list[str] = []
 
-    def no_kernel() -> None:
-        built.append("kernel")
-        raise seed_kernel.SeedKernelUnavailable("nvcc not found")
+    class NoKernel:
+        def __init__(self) -> None:
+            built.append("kernel")
+            raise seed_kernel.SeedKernelUnavailable("nvcc not found; install the toolkit")
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(drawers, "_kernel_drawer", no_kernel)
-    drawers._auto_drawer.cache_clear()
+    monkeypatch.setattr(seed_kernel, "KernelDrawer", NoKernel)
+    reset_module.kernel_drawer.cache_clear()
     yield built
-    drawers._auto_drawer.cache_clear()
+    reset_module.kernel_drawer.cache_clear()
 
 
-def test_auto_without_the_kernel_prefetches_nothing_and_says_why(
-    cuda_without_the_kernel: list[str], caplog: pytest.LogCaptureFixture
+@pytest.mark.parametrize("design", [reset_module.SRSeedPrefetcher, SRSeedPrefetcher])
+def test_without_the_kernel_the_reset_design_is_inactive_and_says_why(
+    cuda_without_the_kernel: list[str], design: type
 ) -> None:
-    """Never slower than stock: randint is slower eagerly, so auto does not fall back to it."""
-    with caplog.at_level("WARNING", logger="runner_hooks"):
-        first = SRSeedPrefetcher(N, torch.device("cuda", 0))
-        second = SRSeedPrefetcher(N, torch.device("cuda", 0))
-    assert not first.enabled and first.prefetch is None
-    assert first.inactive_reason == designs.NO_DRAWER == second.inactive_reason
+    """vLLM's prefetcher (core) and the library's "auto": no randint fallback, which
+    is slower than stock eagerly; the build is tried once per process."""
+    first = design(N, torch.device("cuda", 0))
+    second = design(N, torch.device("cuda", 0))
+    assert first.prefetch is None and second.prefetch is None
+    assert first.inactive_reason == second.inactive_reason
+    assert "nvcc not found; install the toolkit" in first.inactive_reason
     assert cuda_without_the_kernel == ["kernel"], "tried once per process"
-    said = [r.getMessage() for r in caplog.records if "Not prefetching" in r.getMessage()]
-    assert len(said) == 1 and "nvcc not found" in said[0] and "randint" in said[0]
 
 
 def test_a_named_randint_drawer_still_prefetches_without_the_kernel(
     cuda_without_the_kernel: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     made: list[str] = []
-    monkeypatch.setattr(
-        designs, "SeedPrefetch", lambda owner, n, device, drawer, *rest: made.append(drawer.name)
-    )
+
+    def record(owner, n, device, drawer, *rest):
+        made.append(drawer.name)
+
+    monkeypatch.setattr(variants, "SideStreamSeedPrefetch", record)
     SRSeedPrefetcher(N, torch.device("cuda", 0), drawer="randint")
     assert made == ["randint"] and cuda_without_the_kernel == []
 
@@ -258,4 +266,5 @@ def test_a_named_randint_drawer_still_prefetches_without_the_kernel(
 def test_without_cuda_the_reason_is_given() -> None:
     if torch.cuda.is_available():
         pytest.skip("CUDA is available here; this checks the no-CUDA path")
-    assert SRSeedPrefetcher(N, "cuda").inactive_reason == designs.NO_CUDA
+    assert SRSeedPrefetcher(N, "cuda").inactive_reason == prefetch_module.NO_CUDA
+    assert reset_module.SRSeedPrefetcher(N, "cuda").inactive_reason == prefetch_module.NO_CUDA

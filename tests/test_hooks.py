@@ -138,7 +138,7 @@ def test_the_bodys_error_propagates_as_itself_over_a_failing_end(
         raise MemoryError("out of memory")
     assert raised.value.__context__ is None and raised.value.__cause__ is None
     assert [(kind, name) for kind, name, _ in log][-2:] == [("end", "b"), ("end", "a")]
-    assert "FailingEnd.on_forward_end raised RuntimeError: b could not end" in caplog.text
+    assert "FailingEnd.on_forward_end raised RuntimeError('b could not end')" in caplog.text
     assert "failed with MemoryError" in caplog.text
     assert hooks.current is None
 

@@ -16,8 +16,8 @@ import pytest
 import torch
 from torch.utils import cpp_extension
 
-from runner_hooks import seed_kernel
-from runner_hooks.seed_kernel import KernelDrawer, SeedKernelUnavailable
+from runner_hooks.core import seed_kernel
+from runner_hooks.core.seed_kernel import KernelDrawer, SeedKernelUnavailable
 
 H200 = [(9, 0)]
 
@@ -85,14 +85,14 @@ def test_no_compiler(toolchain: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_no_ninja(toolchain: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(cpp_extension, "is_ninja_available", lambda: False)
-    with pytest.raises(SeedKernelUnavailable, match="pip install ninja"):
+    with pytest.raises(SeedKernelUnavailable, match="ninja not found; install ninja"):
         seed_kernel.build_library(H200)
 
 
 def test_missing_cuda_source(toolchain: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A wheel built without its package data falls back instead of failing at startup."""
     monkeypatch.setattr(seed_kernel, "SOURCE", toolchain / "csrc" / "stock_seeds.cu")
-    with pytest.raises(SeedKernelUnavailable, match="lacks its CUDA source"):
+    with pytest.raises(SeedKernelUnavailable, match="lacks the op's CUDA source"):
         seed_kernel.build_library(H200)
 
 

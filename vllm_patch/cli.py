@@ -340,6 +340,11 @@ def vendored_seed_kernel(target: tree.Target) -> ModuleType:
             + "\n".join("\n".join(r.lines()) for r in stale)
         )
     path = target.root / vendor.VENDORED_PACKAGE / "seed_kernel.py"
+    if not path.is_file():
+        raise patch.PatchError(
+            f"the {report.design.value} design applied to {target.root} has no seed kernel "
+            "(it draws with randint); only the reset design builds one"
+        )
     spec = importlib.util.spec_from_file_location("_sr_prefetch_vendored_seed_kernel", path)
     if spec is None or spec.loader is None:
         raise patch.PatchError(f"{path} cannot be loaded")

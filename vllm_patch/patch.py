@@ -286,7 +286,7 @@ def status(target: Target) -> TreeStatus:
 def _added_files(target: Target, design: Design) -> dict[str, bytes]:
     """What the design adds: the vendored package, and the fork's test where the target
     has a tests/ tree to put it in (not an installed vLLM)."""
-    files = vendor.vendored_files()
+    files = vendor.vendored_files(design)
     if target.kind is not Kind.INSTALLED:
         files[fork_test.PATH] = fork_test.render(design.value).encode("utf-8")
     return files

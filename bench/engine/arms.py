@@ -61,8 +61,10 @@ class Arm:
     what: str = ""
     # The microbenchmark's variant with this arm's seed path (bench/variants.py).
     microbench: str = "stock"
-    # A sync plan other than the drawer's default (designs.DEFAULT_SYNC_PLANS),
-    # set by the worker before the engine starts: plans have no env var.
+    # A drawer or sync plan other than the vendored reset design's (the kernel
+    # on the forward's stream): the worker attaches runner_hooks'
+    # SRSeedPrefetcher with them in its place before the engine starts.
+    drawer: str | None = None
     sync_plan: str | None = None
 
 
@@ -84,23 +86,25 @@ ARMS: tuple[Arm, ...] = (
     Arm(
         "reset-kernel",
         Copy.RESET,
-        {**ON, "VLLM_MAMBA_SR_SEED_DRAWER": "kernel"},
-        what="reset design, one-kernel drawer (the default where it builds)",
+        dict(ON),
+        what="reset design, one-kernel drawer on the forward's stream (vendored)",
         microbench="explicit-current_stream-kernel",
     ),
     Arm(
         "reset-kernel-single",
         Copy.RESET,
-        {**ON, "VLLM_MAMBA_SR_SEED_DRAWER": "kernel"},
+        dict(ON),
         what="reset design, one-kernel drawer on a side stream (single sync plan)",
+        drawer="kernel",
         microbench="explicit-single-kernel",
         sync_plan="single",
     ),
     Arm(
         "reset-randint",
         Copy.RESET,
-        {**ON, "VLLM_MAMBA_SR_SEED_DRAWER": "randint"},
+        dict(ON),
         what="reset design, randint drawer",
+        drawer="randint",
         microbench="explicit-geometric-randint",
     ),
     Arm(

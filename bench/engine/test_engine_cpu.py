@@ -131,13 +131,17 @@ def test_no_draw_hands_out_one_constant_seed() -> None:
     assert fake.int64 is torch.int64
 
 
-def test_every_arms_sync_plan_exists() -> None:
+def test_every_arms_variant_exists() -> None:
+    from runner_hooks.drawers import drawer_factory
     from runner_hooks.sync import resolve_sync_plan
 
-    plans = [arm.sync_plan for arm in BY_NAME.values() if arm.sync_plan is not None]
-    assert plans == ["single"]
-    for plan in plans:
-        resolve_sync_plan(plan)
+    variants = [(a.drawer, a.sync_plan) for a in BY_NAME.values() if a.drawer is not None]
+    assert variants == [("kernel", "single"), ("randint", None)]
+    for drawer, plan in variants:
+        drawer_factory(drawer)
+        if plan is not None:
+            resolve_sync_plan(plan)
+    assert all(a.sync_plan is None for a in BY_NAME.values() if a.drawer is None)
     assert BY_NAME["floor"] in TIMING_ARMS and BY_NAME["floor"] not in IDENTITY_ARMS
 
 

@@ -111,15 +111,23 @@ def _replace_ssu_torch(perturb: Perturb, every: int) -> None:
         ssu_dispatch.torch = _NoDraw(torch)
 
 
-def _set_sync_plan(plan: str) -> None:
-    """Every drawer's default sync plan in the patched vLLM's vendored copy:
-    the plan an arm measures (the patch has no setting for it)."""
-    from vllm.model_executor.layers.mamba.ops.sr_seed_prefetch import designs, sync
+def _use_variant(drawer: str, sync_plan: str | None) -> None:
+    """The patched vLLM attaches runner_hooks' SRSeedPrefetcher with this drawer
+    and plan in place of its vendored one, which has one of each."""
+    import functools
 
-    sync.resolve_sync_plan(plan)  # an unknown name fails here, not in the engine
-    for drawer in designs.DEFAULT_SYNC_PLANS:
-        designs.DEFAULT_SYNC_PLANS[drawer] = plan
-    designs.FALLBACK_SYNC_PLAN = plan
+    from vllm.model_executor.layers.mamba.ops import ssu_dispatch
+
+    import runner_hooks
+    from runner_hooks.drawers import drawer_factory
+
+    # An unknown name fails here, not in the engine.
+    drawer_factory(drawer)
+    if sync_plan is not None:
+        runner_hooks.resolve_sync_plan(sync_plan)
+    ssu_dispatch.SRSeedPrefetcher = functools.partial(  # type: ignore[misc]
+        runner_hooks.SRSeedPrefetcher, drawer=drawer, sync_plan=sync_plan
+    )
 
 
 def _mamba_caches(net: Any) -> list[Any]:
@@ -369,8 +377,8 @@ class Engine:
         self.config = model.rank_config()
         if arm.perturb in (Perturb.ONE_SEED, Perturb.NO_DRAW):
             _replace_ssu_torch(arm.perturb, model.mamba2_layers(self.config))
-        if arm.sync_plan is not None:
-            _set_sync_plan(arm.sync_plan)
+        if arm.drawer is not None:
+            _use_variant(arm.drawer, arm.sync_plan)
 
     def start(self, mode: str) -> dict:
         from vllm import LLM

@@ -89,7 +89,7 @@ def test_reset_capture_inside_the_hook_names_the_prefetcher() -> None:
     chain, stderr = run_script(SCRIPT, "reset", "per_seed", "0")
     assert chain and chain[0][0] != "IncompleteSeedBatchError", chain
     assert "capture" in " ".join(message for _, message in chain).lower(), chain
-    assert "IncompleteSeedBatchError" in stderr and "consumed 1 of the 12" in stderr, stderr
+    assert "UnjoinedCaptureError" in stderr and "consumed 1 of the 12" in stderr, stderr
 
 
 BODY_FAILS = textwrap.dedent(

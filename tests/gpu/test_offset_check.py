@@ -19,7 +19,7 @@ pytestmark = pytest.mark.gpu
 
 OTHER_DRAW_AFTER = 3
 """The layer after whose SSU call the forward draws torch.rand (an MoE layer's router)."""
-WARNING = "something else drew random numbers between Mamba layers"
+WARNING = "between a forward's seed draws and its Mamba SSU call"
 
 
 def forwards(runner: Runner, other_draw: bool, count: int = 3) -> torch.Tensor:

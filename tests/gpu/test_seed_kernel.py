@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from runner_hooks import seed_kernel
+from runner_hooks.core import seed_kernel
+from runner_hooks.core.seed_kernel import KernelDrawer, SeedKernelUnavailable
 from runner_hooks.drawers import SeedDrawer, stock_seed
-from runner_hooks.seed_kernel import KernelDrawer, SeedKernelUnavailable
 
 pytestmark = pytest.mark.gpu
 
@@ -259,7 +259,7 @@ CHILD = """
 import time
 import torch
 start = time.perf_counter()
-from runner_hooks.seed_kernel import stock_seeds_op
+from runner_hooks.core.seed_kernel import stock_seeds_op
 op = stock_seeds_op()
 elapsed = time.perf_counter() - start
 op(torch.empty(3, dtype=torch.int64, device="cuda:0"))
@@ -300,7 +300,7 @@ def test_fresh_process_loads_the_cached_build(drawer: SeedDrawer) -> None:
 
 VENDORED_CHILD = """
 import torch
-from runner_hooks import seed_kernel
+from runner_hooks.core import seed_kernel
 from vllm_patch import vendor
 seed_kernel.OP_NAMESPACE = vendor.OP_NAMESPACE  # what the vendored copy in vLLM sets
 n = 40

@@ -45,9 +45,9 @@ def changed_paths(design: Design) -> set[str]:
     return {file_ops.path for file_ops in targets.file_operations(design, NEWEST)}
 
 
-def added_paths() -> set[str]:
-    """The files either design adds to a git tree: the vendored package and the fork test."""
-    return set(vendor.vendored_files()) | {fork_test.PATH}
+def added_paths(design: Design = Design.RESET) -> set[str]:
+    """The files `design` adds to a git tree: the vendored package and the fork test."""
+    return set(vendor.vendored_files(design)) | {fork_test.PATH}
 
 
 @pytest.fixture
@@ -76,7 +76,7 @@ def test_apply_status_revert(
     status, out = run(capsys, "apply", vllm_tree, "--design", design)
     assert status == 0, out
     assert f"Applied the {design} design to vLLM {NEWEST.version} (git tree) at {vllm_tree}" in out
-    expected = changed_paths(design) | added_paths()
+    expected = changed_paths(design) | added_paths(design)
     assert changed_files(vllm_tree) == expected
     assert all(path in out for path in expected)
 
@@ -126,7 +126,7 @@ def test_check_says_per_file_what_apply_would_do(
         assert f"would change   {file_ops.path}" in out
         # Each operation's reason, and where in the file it lands.
         assert all(f"{operation.why} (" in out for operation in file_ops.operations)
-    for path in added_paths():
+    for path in added_paths(design):
         assert f"would add      {path}" in out
     assert "no such site" not in out  # the newest release has every site
     assert snapshot(small_tree) == before
@@ -296,11 +296,12 @@ def test_base_picks_the_release_that_apply_and_export_patch_without_a_path(
 # --- what is added, and kept current ----------------------------------------------------------
 
 
+@pytest.mark.parametrize("design", list(Design), ids=str)
 def test_vendored_files_equal_what_runner_hooks_produces(
-    small_tree: Path, capsys: pytest.CaptureFixture[str]
+    small_tree: Path, design: Design, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert run(capsys, "apply", small_tree)[0] == 0
-    produced = vendor.vendored_files()
+    assert run(capsys, "apply", small_tree, "--design", design)[0] == 0
+    produced = vendor.vendored_files(design)
     package = small_tree / vendor.VENDORED_PACKAGE
     in_tree = {
         path.relative_to(small_tree).as_posix(): path.read_bytes()
@@ -308,11 +309,10 @@ def test_vendored_files_equal_what_runner_hooks_produces(
         if path.is_file()
     }
     assert in_tree == produced
-    source = vendor.source_dir()
-    shipped = {path.name for path in source.glob("*.py")} | {
-        f"csrc/{path.name}" for path in (source / "csrc").iterdir()
+    assert {p.removeprefix(vendor.VENDORED_PACKAGE + "/") for p in produced} == {
+        (f"csrc/{path.name}" if path.parent.name == "csrc" else path.name)
+        for path in vendor.closure(design)
     }
-    assert {path.removeprefix(vendor.VENDORED_PACKAGE + "/") for path in produced} == shipped
 
 
 def test_status_flags_a_vendored_copy_that_runner_hooks_has_moved_past(
@@ -419,6 +419,14 @@ def test_a_tree_outside_git_is_patched_and_reverted(
 # --- build-op: the seed kernel compiled before serving ---------------------------------------
 
 
+def test_build_op_refuses_the_forward_context_design_which_has_no_kernel(
+    small_tree: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run(capsys, "apply", small_tree, "--design", "forward-context")[0] == 0
+    status, out = run(capsys, "build-op", small_tree, "--arch", "9.0")
+    assert status == 1 and "only the reset design builds one" in out, out
+
+
 def test_build_op_refuses_a_tree_without_the_patch(
     small_tree: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -429,16 +437,14 @@ def test_build_op_refuses_a_tree_without_the_patch(
     assert changed_files(small_tree) == set()
 
 
-@pytest.mark.parametrize("design", list(Design), ids=str)
 def test_build_op_builds_with_the_patched_trees_own_code(
     small_tree: Path,
-    design: Design,
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The engine's own seed_kernel module (file, source, op namespace) builds, for
     the architectures named: what the engine's first use then finds in the cache."""
-    assert run(capsys, "apply", small_tree, "--design", design)[0] == 0
+    assert run(capsys, "apply", small_tree)[0] == 0
     built: list[tuple[object, list[tuple[int, int]]]] = []
     load = cli.vendored_seed_kernel
 

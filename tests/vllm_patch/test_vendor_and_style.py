@@ -56,69 +56,120 @@ def changed_files(design: Design, root: Path) -> list[Path]:
 # --- vendoring --------------------------------------------------------------------------------
 
 
-def test_a_module_gets_vllms_header_and_logger() -> None:
+HEADER = vendor.SPDX_HEADER
+
+
+def test_a_module_gets_vllms_logger() -> None:
     source = (
-        '"""Doc."""\n\nfrom __future__ import annotations\n\nimport logging\n\n'
+        HEADER + '"""Doc."""\n\nfrom __future__ import annotations\n\nimport logging\n\n'
         "import torch\n\nfrom .hooks import ForwardInfo\n\n"
         "logger = logging.getLogger(__name__)\n"
     )
-    vendored = vendor.vendor_module(source, "runner_hooks/x.py")
+    vendored = vendor.vendor_module(source, "runner_hooks/core/x.py")
     assert vendored == (
-        vendor.SPDX_HEADER
-        + vendor.GENERATED_MARK.format(source="runner_hooks/x.py")
-        + '"""Doc."""\n\nfrom __future__ import annotations\n\n'
+        HEADER + '"""Doc."""\n\nfrom __future__ import annotations\n\n'
         "import torch\n\nfrom vllm.logger import init_logger\n\nfrom .hooks import ForwardInfo\n\n"
         "logger = init_logger(__name__)\n"
     )
 
 
 def test_logging_stays_imported_where_the_module_uses_it_otherwise() -> None:
-    source = "import logging\n\nlogger = logging.getLogger(__name__)\nLEVEL = logging.DEBUG\n"
-    vendored = vendor.vendor_module(source, "runner_hooks/x.py")
+    source = (
+        HEADER + "import logging\n\nlogger = logging.getLogger(__name__)\nLEVEL = logging.DEBUG\n"
+    )
+    vendored = vendor.vendor_module(source, "runner_hooks/core/x.py")
     assert "import logging\n\nfrom vllm.logger import init_logger\n" in vendored
     assert "logger = init_logger(__name__)" in vendored and "logging.DEBUG" in vendored
 
 
-def test_an_absolute_runner_hooks_import_is_refused() -> None:
-    with pytest.raises(vendor.VendorError, match=r"runner_hooks/x.py:1 imports runner_hooks"):
-        vendor.vendor_module("from runner_hooks.hooks import ForwardInfo\n", "runner_hooks/x.py")
+def test_a_module_without_vllms_header_or_with_an_absolute_import_is_refused() -> None:
+    with pytest.raises(vendor.VendorError, match="SPDX header"):
+        vendor.vendor_module('"""Doc."""\n', "runner_hooks/core/x.py")
+    with pytest.raises(vendor.VendorError, match=r"runner_hooks/core/x.py:3 imports runner_hooks"):
+        vendor.vendor_module(
+            HEADER + "from runner_hooks.core.hooks import ForwardInfo\n", "runner_hooks/core/x.py"
+        )
 
 
-def test_a_new_runner_hooks_module_is_vendored_without_a_code_change(
-    tmp_path: Path,
-) -> None:
+EXPECTED = {
+    Design.RESET: {"__init__.py", "hooks.py", "prefetch.py", "reset.py", "seed_kernel.py"},
+    Design.FORWARD_CONTEXT: {"__init__.py", "prefetcher.py", "side_stream.py", "prefetch.py"},
+}
+"""What each design lands in vLLM: its unit, and the shared machinery it imports."""
+
+
+def vendored_modules(design: Design) -> dict[str, str]:
+    """The vendored package's modules: flat name -> text."""
+    prefix = vendor.VENDORED_PACKAGE + "/"
+    return {
+        path.removeprefix(prefix): data.decode()
+        for path, data in vendor.vendored_files(design).items()
+        if path.endswith(".py")
+    }
+
+
+@pytest.mark.parametrize("design", list(Design), ids=str)
+def test_each_design_vendors_its_closure_and_nothing_else(design: Design) -> None:
+    modules = vendored_modules(design)
+    assert set(modules) == EXPECTED[design]
+    # Every module but __init__ is imported by another vendored module, relatively:
+    # nothing is vendored that the package does not reach.
+    imported = {
+        f"{node.module}.py"
+        for text in modules.values()
+        for node in ast.walk(ast.parse(text))
+        if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module
+    }
+    assert imported == set(modules) - {"__init__.py"}
+    sources = {p for p in vendor.vendored_files(design) if p.endswith(".cu")}
+    expected = (
+        {f"{vendor.VENDORED_PACKAGE}/csrc/stock_seeds.cu"} if design is Design.RESET else set()
+    )
+    assert sources == expected
+
+
+def test_a_module_is_vendored_once_the_unit_imports_it(tmp_path: Path) -> None:
     source = tmp_path / "runner_hooks"
     shutil.copytree(vendor.source_dir(), source, ignore=shutil.ignore_patterns("__pycache__"))
-    (source / "newcomer.py").write_text('"""A module added later."""\n')
-    (source / "csrc" / "extra.cu").write_text("// verbatim\n")
-    (source / ".ruff_cache").mkdir(exist_ok=True)
-    (source / ".ruff_cache" / "CACHEDIR.TAG").write_text("a tool's cache\n")
-    files = vendor.vendored_files(source)
-    assert not any(".ruff_cache" in path or path.endswith(".toml") for path in files)
-    assert files[f"{vendor.VENDORED_PACKAGE}/newcomer.py"].startswith(vendor.SPDX_HEADER.encode())
-    assert files[f"{vendor.VENDORED_PACKAGE}/csrc/extra.cu"] == b"// verbatim\n"
+    (source / "core" / "newcomer.py").write_text(HEADER + 'X = "extra.cu"  # loads csrc/extra.cu\n')
+    (source / "core" / "csrc" / "extra.cu").write_text("// verbatim\n")
+    before = vendor.vendored_files(Design.RESET, source)
+    assert not any("newcomer" in path or "extra.cu" in path for path in before)
+    reset = source / "core" / "reset.py"
+    reset.write_text(reset.read_text() + "\nfrom . import newcomer  # noqa\n")
+    with pytest.raises(vendor.VendorError, match="import names from a module"):
+        vendor.vendored_files(Design.RESET, source)
+    reset.write_text(reset.read_text().replace("from . import newcomer", "from .newcomer import X"))
+    after = vendor.vendored_files(Design.RESET, source)
+    assert f"{vendor.VENDORED_PACKAGE}/newcomer.py" in after
+    assert after[f"{vendor.VENDORED_PACKAGE}/csrc/extra.cu"] == b"// verbatim\n"
 
 
-def test_the_vendored_package_imports_relatively_and_logs_through_vllm() -> None:
-    for path, data in vendor.vendored_files().items():
-        if not path.endswith(".py"):
-            continue
+def test_a_file_naming_anything_outside_vllm_is_refused(tmp_path: Path) -> None:
+    source = tmp_path / "runner_hooks"
+    shutil.copytree(vendor.source_dir(), source, ignore=shutil.ignore_patterns("__pycache__"))
+    hooks = source / "core" / "hooks.py"
+    hooks.write_text(hooks.read_text() + "# measured: bench/results/x.md\n")
+    with pytest.raises(vendor.VendorError, match=r"core/hooks\.py names 'bench/'"):
+        vendor.vendored_files(Design.RESET, source)
+
+
+def test_another_units_module_is_imported_as_a_sibling() -> None:
+    modules = vendored_modules(Design.FORWARD_CONTEXT)
+    assert "from .prefetch import" in modules["prefetcher.py"]
+    assert "from ..core" not in "".join(modules.values())
+
+
+@pytest.mark.parametrize("design", list(Design), ids=str)
+def test_no_vendored_file_names_anything_outside_vllm(design: Design) -> None:
+    for path, data in vendor.vendored_files(design).items():
         text = data.decode()
-        assert text.startswith(vendor.SPDX_HEADER), path
+        assert text.startswith(vendor.SPDX_HEADER) or path.endswith(".cu"), path
         assert "logging.getLogger" not in text, path
-        for node in ast.walk(ast.parse(text)):
-            if isinstance(node, ast.ImportFrom) and node.module:
-                assert node.level > 0 or not node.module.startswith("runner_hooks"), path
-
-
-def test_the_vendored_op_is_not_registered_under_runner_hooks() -> None:
-    # The op namespace: vendor.py gives the vendored CUDA op a vLLM-side torch.ops
-    # namespace (work in progress elsewhere). Whatever it is named, no vendored file may
-    # register or call the op under runner_hooks' own: a process that loads both ops
-    # would register that namespace twice, which torch refuses.
-    for path, data in vendor.vendored_files().items():
-        assert b"runner_hooks::" not in data, path
-        assert b"torch.ops.runner_hooks" not in data, path
+        for name in vendor.FOREIGN_NAMES:
+            assert name not in text, (path, name)
+        # A process that loads both ops would register runner_hooks' namespace twice.
+        assert "runner_hooks::" not in text and "torch.ops.runner_hooks" not in text
 
 
 def package_data() -> dict[str, list[str]]:
@@ -133,15 +184,15 @@ def shipped(package: str, relative: str) -> bool:
 
 
 def test_the_cuda_sources_ship_as_package_data_and_are_vendored() -> None:
-    source = vendor.source_dir()
-    sources = sorted(path.relative_to(source).as_posix() for path in (source / "csrc").iterdir())
-    assert sources, "runner_hooks has no CUDA sources"
-    vendored = vendor.vendored_files()
+    csrc = vendor.source_dir() / "core" / "csrc"
+    sources = sorted(path.name for path in csrc.iterdir())
+    assert sources, "runner_hooks.core has no CUDA sources"
+    vendored = vendor.vendored_files(Design.RESET)
     for name in sources:
         # A wheel of runner_hooks carries them: the kernel drawer compiles them on first use ...
-        assert shipped(vendor.SOURCE_PACKAGE, name), name
-        # ... and the vendored copy has them beside its modules, as runner_hooks does.
-        assert f"{vendor.VENDORED_PACKAGE}/{name}" in vendored, name
+        assert shipped("runner_hooks.core", f"csrc/{name}"), name
+        # ... and the vendored copy has them beside its modules, as runner_hooks.core does.
+        assert f"{vendor.VENDORED_PACKAGE}/csrc/{name}" in vendored, name
 
 
 def test_sr_prefetch_ships_the_landing_code_and_the_release_table() -> None:

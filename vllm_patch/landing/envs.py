@@ -1,11 +1,10 @@
 # Lands in vllm/envs.py, shaped as that file is: each declaration is appended to its
 # `if TYPE_CHECKING:` block, each definition to its `environment_variables` dict. Not
 # added to ignored_factors, so both variables are part of the compile cache hash, like
-# their neighbours. VLLM_MAMBA_SR_SEED_DRAWER: the reset design only.
+# their neighbours.
 
 if TYPE_CHECKING:
     VLLM_MAMBA_SR_SEED_PREFETCH: bool = False
-    VLLM_MAMBA_SR_SEED_DRAWER: Literal["auto", "kernel", "randint"] = "auto"
     VLLM_MAMBA_SR_SEED_CHECK: bool = False
 
 environment_variables: dict[str, Callable[[], Any]] = {
@@ -15,13 +14,6 @@ environment_variables: dict[str, Callable[[], Any]] = {
     # stock. No effect without --enable-mamba-cache-stochastic-rounding.
     "VLLM_MAMBA_SR_SEED_PREFETCH": lambda: bool(
         int(os.getenv("VLLM_MAMBA_SR_SEED_PREFETCH", "0"))
-    ),
-    # How VLLM_MAMBA_SR_SEED_PREFETCH draws a forward's seeds: "kernel", all of
-    # them in one launch of a small CUDA op built on first use; "randint", the
-    # stock calls on a side stream; "auto", the kernel where it builds, else
-    # none: every SSU call then draws as stock (the log says which, and why).
-    "VLLM_MAMBA_SR_SEED_DRAWER": env_with_choices(
-        "VLLM_MAMBA_SR_SEED_DRAWER", "auto", ["auto", "kernel", "randint"]
     ),
     # If set to 1 with VLLM_MAMBA_SR_SEED_PREFETCH, each eager forward checks
     # that nothing else draws from the CUDA generator between its seed draws

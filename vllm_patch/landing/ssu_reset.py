@@ -23,21 +23,16 @@ def _attach_sr_seed_prefetcher(
         return
     num_layers = len(mamba2_layers)
     _sr_seed_prefetcher = SRSeedPrefetcher(
-        num_layers,
-        "cuda",
-        drawer=envs.VLLM_MAMBA_SR_SEED_DRAWER,
-        check_offsets=envs.VLLM_MAMBA_SR_SEED_CHECK,
+        num_layers, "cuda", check_offsets=envs.VLLM_MAMBA_SR_SEED_CHECK
     )
-    prefetch = _sr_seed_prefetcher.prefetch
-    logger.info_once(
+    inactive = _sr_seed_prefetcher.inactive_reason
+    (logger.info_once if inactive is None else logger.warning_once)(
         "Prefetching Mamba stochastic-rounding seeds for %d layers per forward "
-        "(explicit-reset design, %s %s, %s).",
+        "(explicit-reset design, %s %s%s).",
         num_layers,
         mamba_config.backend.value,
         "ReplaySSM" if use_replayssm else "SSU",
-        f"{prefetch.drawer.name} drawer, {prefetch.plan.name} sync plan"
-        if prefetch is not None
-        else f"inactive: {_sr_seed_prefetcher.inactive_reason}",
+        "" if inactive is None else f", inactive: {inactive}",
     )
 
 

@@ -17,12 +17,7 @@ PATH = "vllm/envs.py"
 PREFIX = "VLLM_MAMBA_SR_SEED_"
 
 VARIABLES: dict[Design, tuple[str, ...]] = {
-    # The seed document's design draws with randint only; ours lets users pick.
-    Design.RESET: (
-        "VLLM_MAMBA_SR_SEED_PREFETCH",
-        "VLLM_MAMBA_SR_SEED_DRAWER",
-        "VLLM_MAMBA_SR_SEED_CHECK",
-    ),
+    Design.RESET: ("VLLM_MAMBA_SR_SEED_PREFETCH", "VLLM_MAMBA_SR_SEED_CHECK"),
     Design.FORWARD_CONTEXT: ("VLLM_MAMBA_SR_SEED_PREFETCH", "VLLM_MAMBA_SR_SEED_CHECK"),
 }
 

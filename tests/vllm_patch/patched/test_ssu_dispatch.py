@@ -64,11 +64,10 @@ def engaged(
 def logged(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The lines ssu_dispatch logs once (the engagement line, or why not), as they read."""
     lines: list[str] = []
-    monkeypatch.setattr(
-        ssu_dispatch.logger,
-        "info_once",
-        lambda msg, *args, **kw: lines.append(msg % args),
-    )
+    for once in ("info_once", "warning_once"):
+        monkeypatch.setattr(
+            ssu_dispatch.logger, once, lambda msg, *args, **kw: lines.append(msg % args)
+        )
     return lines
 
 

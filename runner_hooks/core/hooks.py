@@ -1,0 +1,141 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM project
+"""Per-forward hooks: a model runner tells them where each forward begins and ends."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from dataclasses import dataclass
+from typing import ClassVar, Protocol
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ForwardInfo:
+    """What hooks are told about the forward about to run.
+
+    runs_ssu: the batch has decode tokens, so each Mamba-2 layer calls the SSU
+        once (false for prefill-only batches and the profile run).
+    micro_batched: the forward is split into micro-batches (DBO).
+    full_cudagraph: the forward is a FULL CUDA graph capture or replay.
+    """
+
+    runs_ssu: bool
+    micro_batched: bool = False
+    full_cudagraph: bool = False
+
+
+class ForwardHook(Protocol):
+    def on_forward_begin(self, info: ForwardInfo) -> None: ...
+    def on_forward_end(self, info: ForwardInfo) -> None: ...
+
+
+class NestedForwardError(RuntimeError):
+    """A forward was opened while another one was still open."""
+
+
+class ForwardHooks:
+    """The hooks of one model runner; forwards do not nest."""
+
+    # What forward(None) returns: a shared context that does nothing.
+    UNHOOKED: ClassVar[AbstractContextManager[None]] = nullcontext()
+
+    def __init__(self) -> None:
+        self._hooks: list[ForwardHook] = []
+        self._current: ForwardInfo | None = None
+        # Whether a hook is registered: runners build a ForwardInfo only then.
+        self.active = False
+
+    def register(self, hook: ForwardHook) -> ForwardHookHandle:
+        """Adds `hook`; the handle's `remove()` takes it out again."""
+        if not callable(getattr(hook, "on_forward_begin", None)) or not callable(
+            getattr(hook, "on_forward_end", None)
+        ):
+            raise TypeError(
+                f"{type(hook).__name__} is not a forward hook: it needs "
+                "on_forward_begin(info) and on_forward_end(info)"
+            )
+        self._hooks.append(hook)
+        self.active = True
+        return ForwardHookHandle(self, hook)
+
+    def _remove(self, hook: ForwardHook) -> None:
+        if self._current is not None:
+            raise RuntimeError(
+                f"a hook cannot be removed while forward({self._current}) is open"
+            )
+        self._hooks = [h for h in self._hooks if h is not hook]
+        self.active = bool(self._hooks)
+
+    @property
+    def current(self) -> ForwardInfo | None:
+        """The open forward's info, or None between forwards."""
+        return self._current
+
+    def forward(self, info: ForwardInfo | None) -> AbstractContextManager[None]:
+        """Runs the body as one forward; with `info` None, with no hook at all."""
+        return self.UNHOOKED if info is None else self._forward(info)
+
+    @contextmanager
+    def _forward(self, info: ForwardInfo) -> Iterator[None]:
+        """Begins the hooks in order, ends those begun in reverse, also on errors.
+
+        The body's exception propagates as itself, and what the hooks raise as
+        they end is logged; otherwise the first hook error is raised.
+        """
+        if self._current is not None:
+            raise NestedForwardError(
+                f"forward({info}) opened while forward({self._current}) is still "
+                "open; a model runner runs one forward at a time"
+            )
+        self._current = info
+        begun: list[ForwardHook] = []
+        try:
+            for hook in self._hooks:
+                hook.on_forward_begin(info)
+                begun.append(hook)
+            yield
+        except BaseException as failure:
+            for hook, error in self._end(info, begun):
+                logger.warning(
+                    "%s.on_forward_end raised %r while the forward failed with %s",
+                    type(hook).__name__,
+                    error,
+                    type(failure).__name__,
+                )
+            raise
+        errors = self._end(info, begun)
+        if errors:
+            raise errors[0][1]
+
+    def _end(
+        self, info: ForwardInfo, begun: list[ForwardHook]
+    ) -> list[tuple[ForwardHook, Exception]]:
+        """Ends the begun hooks in reverse order; returns what they raised."""
+        self._current = None
+        errors = []
+        for hook in reversed(begun):
+            try:
+                hook.on_forward_end(info)
+            except Exception as error:
+                errors.append((hook, error))
+        return errors
+
+
+class ForwardHookHandle:
+    """Returned by `ForwardHooks.register`: `remove()` unregisters the hook."""
+
+    __slots__ = ("_hooks", "hook")
+
+    def __init__(self, hooks: ForwardHooks, hook: ForwardHook) -> None:
+        self._hooks: ForwardHooks | None = hooks
+        self.hook = hook
+
+    def remove(self) -> None:
+        """Unregisters the hook (refused mid-forward); again, does nothing."""
+        if self._hooks is not None:
+            self._hooks._remove(self.hook)
+            self._hooks = None

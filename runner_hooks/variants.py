@@ -1,0 +1,183 @@
+"""The designs with every drawer and sync plan: what the bench and tests compare.
+
+`runner_hooks.core` (the reset design) and `runner_hooks.baseline` (the
+forward-context design) are what lands in vLLM; the classes here extend them
+with choices by name, which vLLM's copies do not carry.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import torch
+
+from .baseline import prefetcher as baseline
+from .baseline.side_stream import SideStreamSeedPrefetch, SyncPlan, UnjoinedCaptureError
+from .core import hooks, reset
+from .core.prefetch import SeedDrawer, SeedPrefetch
+from .drawers import drawer_factory
+from .sync import resolve_sync_plan
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_SYNC_PLANS: dict[str, str] = {
+    "kernel": "current_stream",
+    "randint": "geometric",
+}
+"""Each drawer's plan when none is given, by measurement (bench/results,
+nvidia-h200-20261130 and -20261130b: medians with 95% intervals over 150 and
+100 shuffled rounds): with the kernel, the current stream is the fastest
+eagerly (1728 against 1815 µs for a single event on a side stream at BS 1,
+b), and under graphs it ties a single event at BS 4 and 8, is ahead at BS 2
+and 1.2 µs behind at BS 1 (b); with randint, geometric gives up a few points
+of per_seed's graph-mode gain for an eager forward far cheaper than
+per_seed's.  The patched vLLM engine agrees (graph replay time of a decode
+step, bench/results/engine-nvidia-h200x2-20261130g.md and -h.md, 10
+interleaved rounds): the kernel on a side stream with a single event was 7-13
+µs behind the current stream on both runners in run g and within 2 µs of it
+in run h, never ahead; eager forwards, which mixed prefill/decode steps are
+even under PIECEWISE graphs, are faster on the current stream.  A drawer not
+listed gets FALLBACK_SYNC_PLAN."""
+FALLBACK_SYNC_PLAN = "geometric"
+
+
+def _seed_prefetch(
+    owner: object,
+    num_ssu_calls: int,
+    device: torch.device,
+    plan: SyncPlan | None,
+    make_drawer: Callable[[], SeedDrawer | str],
+    check_offsets: bool,
+) -> SeedPrefetch | str:
+    """The machinery for `plan` (None: the drawer's default), or why none."""
+    drawer = make_drawer()
+    if isinstance(drawer, str):
+        return drawer
+    if plan is None:
+        plan = resolve_sync_plan(
+            DEFAULT_SYNC_PLANS.get(drawer.name, FALLBACK_SYNC_PLAN)
+        )
+    name = type(owner).__name__
+    if not plan.side_stream:
+        return SeedPrefetch(name, num_ssu_calls, device, drawer, check_offsets)
+    return SideStreamSeedPrefetch(
+        name, num_ssu_calls, device, drawer, plan, check_offsets
+    )
+
+
+def plan_of(prefetch: SeedPrefetch) -> SyncPlan:
+    """The sync plan a prefetch publishes its seeds by."""
+    if isinstance(prefetch, SideStreamSeedPrefetch):
+        return prefetch.plan
+    return resolve_sync_plan("current_stream")
+
+
+class SRSeedPrefetcher(reset.SRSeedPrefetcher):
+    """The reset design's prefetcher with a drawer and a sync plan by name.
+
+    drawer: "auto" (the kernel where it builds, else inactive), "kernel",
+    "randint", or a drawer; sync_plan: a name of SYNC_PLANS, a plan, or None
+    for the drawer's DEFAULT_SYNC_PLANS entry.
+    """
+
+    def __init__(
+        self,
+        num_ssu_calls: int,
+        device: torch.device | str,
+        *,
+        sync_plan: str | SyncPlan | None = None,
+        drawer: str | SeedDrawer = "auto",
+        check_offsets: bool = False,
+    ) -> None:
+        self._make_drawer = drawer_factory(drawer)
+        self._plan = None if sync_plan is None else resolve_sync_plan(sync_plan)
+        super().__init__(num_ssu_calls, device, check_offsets=check_offsets)
+
+    def _seed_prefetch(
+        self, num_ssu_calls: int, device: torch.device, check_offsets: bool
+    ) -> SeedPrefetch | str:
+        return _seed_prefetch(
+            self, num_ssu_calls, device, self._plan, self._make_drawer, check_offsets
+        )
+
+
+class ForwardContextSeedPrefetcher(baseline.ForwardContextSeedPrefetcher):
+    """The forward-context design's prefetcher with a drawer and a plan by name."""
+
+    def __init__(
+        self,
+        num_ssu_calls: int,
+        device: torch.device | str,
+        current_forward: Callable[[], object | None],
+        *,
+        is_micro_batched: Callable[[object], bool] = lambda forward: False,
+        sync_plan: str | SyncPlan = "per_seed",
+        drawer: str | SeedDrawer = "randint",
+        check_offsets: bool = False,
+    ) -> None:
+        self._make_drawer = drawer_factory(drawer)
+        super().__init__(
+            num_ssu_calls,
+            device,
+            current_forward,
+            is_micro_batched=is_micro_batched,
+            sync_plan=resolve_sync_plan(sync_plan),
+            check_offsets=check_offsets,
+        )
+
+    def _seed_prefetch(
+        self,
+        num_ssu_calls: int,
+        device: torch.device,
+        sync_plan: SyncPlan,
+        drawer: Callable[[], SeedDrawer],
+        check_offsets: bool,
+    ) -> SeedPrefetch | str:
+        return _seed_prefetch(
+            self, num_ssu_calls, device, sync_plan, self._make_drawer, check_offsets
+        )
+
+
+class ForwardHooks(hooks.ForwardHooks):
+    """core's hooks; and where the body ended a CUDA graph capture with a side
+    stream of a hook unjoined, the body's exception propagates as itself.
+
+    V1 runs torch.cuda.graph inside the hooks: when the body raises under
+    capture, the graph's exit ends the capture before the hooks can join the
+    side stream, and CUDA's unjoined-stream error replaces the body's.  The
+    hook's end then raises UnjoinedCaptureError; the body's exception is the
+    context of CUDA's error, and is raised instead.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._unjoined: UnjoinedCaptureError | None = None
+
+    def _end(
+        self, info: hooks.ForwardInfo, begun: list[hooks.ForwardHook]
+    ) -> list[tuple[hooks.ForwardHook, Exception]]:
+        errors = super()._end(info, begun)
+        self._unjoined = next(
+            (e for _, e in errors if isinstance(e, UnjoinedCaptureError)), None
+        )
+        return errors
+
+    @contextmanager
+    def _forward(self, info: hooks.ForwardInfo) -> Iterator[None]:
+        self._unjoined = None
+        try:
+            with super()._forward(info):
+                yield
+        except BaseException as failure:
+            body = failure.__context__
+            if self._unjoined is None or body is None:
+                raise
+            logger.warning(
+                "ending the CUDA graph capture failed (%s) because the forward "
+                "raised under capture; the forward's %s propagates",
+                failure,
+                type(body).__name__,
+            )
+            raise body from None

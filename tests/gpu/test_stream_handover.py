@@ -1,0 +1,174 @@
+"""Eager forwards on the legacy default stream and on pool streams, the eager buffer
+freed under its readers, and a body's exception under a capture the hooks enclose.
+
+The legacy default stream's raw handle is 0, and torch's pool streams are
+non-blocking, so nothing but the handover orders a forward on one after a
+forward on the other.  Each forward stalls the GPU (torch.cuda._sleep) before
+its consumers, so the next forward's draws would overrun unread seeds.
+"""
+
+from __future__ import annotations
+
+import gc
+import textwrap
+
+import pytest
+import torch
+
+from runner_hooks import SYNC_PLANS
+from runner_hooks.core import prefetch as prefetch_module
+
+from .harness import DECODE, NUM_LAYERS, Runner, assert_same_seeds, require_drawer, run_both
+from .test_capture_failures import run_script
+
+pytestmark = pytest.mark.gpu
+
+STALL = 2_000_000
+"""GPU cycles each forward sleeps before its consumers (about a millisecond)."""
+
+
+@pytest.fixture(params=["reset", "baseline"])
+def design(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
+@pytest.fixture(params=sorted(SYNC_PLANS))
+def sync_plan(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
+@pytest.fixture(params=["randint", "kernel"])
+def drawer(request: pytest.FixtureRequest) -> str:
+    require_drawer(request.param)
+    return request.param
+
+
+def default_then_pool_and_back(runner: Runner) -> list[torch.Tensor]:
+    """Forwards on the legacy default stream, a pool stream, the default stream and
+    the pool stream again, each with its consumers stalled."""
+    default, pool = torch.cuda.default_stream(), torch.cuda.Stream()
+    assert default.cuda_stream == 0, "the legacy default stream has handle 0"
+    records = [runner.new_record() for _ in range(4)]
+    for stream, record in zip((default, pool, default, pool), records, strict=True):
+        with torch.cuda.stream(stream), runner.forward(DECODE):
+            torch.cuda._sleep(STALL)
+            runner.layers(record)
+    default.wait_stream(pool)
+    return records
+
+
+def test_forwards_on_the_default_stream_and_a_pool_stream(
+    design: str, sync_plan: str, drawer: str
+) -> None:
+    def make(which: str | None) -> Runner:
+        return Runner(design if which else None, sync_plan, drawer)
+
+    with torch.cuda.stream(torch.cuda.default_stream()):
+        assert_same_seeds(*run_both(default_then_pool_and_back, make))
+
+
+def handle_zero_as_no_forward(self: prefetch_module.SeedPrefetch) -> torch.cuda.Event | None:
+    """The handover as it was: raw handle 0 stood for "no earlier forward"."""
+    handle = prefetch_module._current_stream_handle(self._device_index)  # type: ignore[misc]
+    previous = self._eager_stream_handle or 0
+    self._eager_stream_handle = handle
+    if previous and previous != handle:
+        self._handover.record(torch.cuda.ExternalStream(previous))
+        return self._handover
+    return None
+
+
+@pytest.mark.parametrize("design", ["reset", "baseline"])
+def test_the_default_stream_test_fails_with_handle_zero_as_no_forward(
+    design: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The control: with 0 meaning "none", the pool stream's draws overwrite seeds
+    the default stream's stalled consumers have not read."""
+    monkeypatch.setattr(prefetch_module.SeedPrefetch, "_hand_over", handle_zero_as_no_forward)
+    plan = "current_stream" if design == "reset" else "per_seed"
+
+    def make(which: str | None) -> Runner:
+        return Runner(design if which else None, plan, "randint")
+
+    with (
+        torch.cuda.stream(torch.cuda.default_stream()),
+        pytest.raises(AssertionError, match="record"),
+    ):
+        assert_same_seeds(*run_both(default_then_pool_and_back, make))
+
+
+def replaced_under_readers(runner: Runner) -> list[torch.Tensor]:
+    """A forward on a pool stream with its consumers stalled; then its prefetcher is
+    replaced (a KV cache init) and a tensor of the eager buffer's size is written
+    on the stream that allocated the buffer, before those consumers ran."""
+    record = runner.new_record()
+    pool = torch.cuda.Stream()
+    with torch.cuda.stream(pool), runner.forward(DECODE):
+        torch.cuda._sleep(4 * STALL)
+        runner.layers(record)
+    runner.hooks = type(runner.hooks)()
+    runner.prefetcher = None
+    gc.collect()
+    torch.full((NUM_LAYERS,), -1, dtype=torch.int64, device=runner.device)
+    torch.cuda.current_stream().wait_stream(pool)
+    return [record]
+
+
+def test_the_eager_buffer_outlives_its_readers(design: str, sync_plan: str, drawer: str) -> None:
+    def make(which: str | None) -> Runner:
+        return Runner(design if which else None, sync_plan, drawer)
+
+    assert_same_seeds(*run_both(replaced_under_readers, make))
+
+
+def test_the_lifetime_test_fails_without_record_stream(
+    design: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The control: without record_stream the allocator hands the freed buffer to the
+    next allocation on its stream at once, and the stalled consumers read -1."""
+    monkeypatch.setattr(torch.Tensor, "record_stream", lambda self, stream: None)
+
+    def make(which: str | None) -> Runner:
+        return Runner(design if which else None, "current_stream", "randint")
+
+    with pytest.raises(AssertionError, match="record"):
+        assert_same_seeds(*run_both(replaced_under_readers, make))
+
+
+CAPTURE_RAISES = textwrap.dedent(
+    """
+    import json, sys
+    import torch
+    from runner_hooks import core
+    from tests.gpu.harness import FULL_GRAPH, Runner
+
+    sync_plan, drawer, hooks = sys.argv[1], sys.argv[2], sys.argv[3]
+    runner = Runner("reset", sync_plan, drawer)
+    if hooks == "core":  # vLLM's hooks: no side stream there, no rule for one
+        runner.hooks = core.ForwardHooks()
+        runner.hooks.register(runner.prefetcher)
+    runner.decode()
+    record = runner.new_record()
+    try:
+        # V1: CUDAGraphWrapper's torch.cuda.graph runs inside the runner's hooks.
+        with runner.forward(FULL_GRAPH), torch.cuda.graph(torch.cuda.CUDAGraph()):
+            runner.layers(record, calls=1)
+            raise KeyError("the body failed")
+    except BaseException as error:
+        print(json.dumps([type(error).__name__, str(error)]))
+    """
+)
+
+
+@pytest.mark.parametrize("sync_plan", sorted(SYNC_PLANS))
+def test_the_bodys_exception_under_a_capture_inside_the_hooks_propagates(
+    sync_plan: str, drawer: str
+) -> None:
+    raised, stderr = run_script(CAPTURE_RAISES, sync_plan, drawer, "library")
+    assert raised == ["KeyError", "'the body failed'"], stderr
+
+
+def test_the_capture_test_fails_without_the_rule() -> None:
+    """The control: with core's hooks and a side stream, CUDA's error replaces it."""
+    raised, stderr = run_script(CAPTURE_RAISES, "single", "randint", "core")
+    assert isinstance(raised, list) and raised[0] != "KeyError", (raised, stderr)
