@@ -39,7 +39,6 @@ class Site(str, enum.Enum):
     V1_DUMMY_RUN = "V1 GPUModelRunner._dummy_run"
     V2_EXECUTE_MODEL = "V2 GPUModelRunner.execute_model"
     V2_CAPTURE = "V2 ModelCudaGraphManager.capture forward_fn"
-    V2_UBATCH_CAPTURE = "V2 ModelCudaGraphManager.capture ubatch_forward_fn (DBO)"
 
     def __str__(self) -> str:
         return self.value
@@ -95,11 +94,9 @@ RELEASES: tuple[Release, ...] = (
 )
 """Oldest first; the newest is what `sr-prefetch apply` with no PATH patches."""
 
-SITES_SINCE: dict[Site, str] = {
-    # The V2 runner's DBO capture (ubatch_forward_fn) arrived in 0.30.0.
-    Site.V2_UBATCH_CAPTURE: "0.30.0",
-}
-"""The per-release differences the code cannot tell: sites a release added."""
+SITES_SINCE: dict[Site, str] = {}
+"""The per-release differences the code cannot tell: sites a release added (none: every
+supported release has every site)."""
 
 FILES_SINCE: dict[str, str] = {
     # The Triton ReplaySSM kernel's wrapper arrived in 0.27.0.

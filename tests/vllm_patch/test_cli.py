@@ -228,8 +228,7 @@ def test_base_picks_the_release_that_apply_and_export_patch_without_a_path(
     status, out = run(capsys, "apply", "--base", OLDER.version)
     assert status == 0, out
     assert f"vLLM {OLDER.version} (git tree) at {cached}" in out
-    dbo = Site.V2_UBATCH_CAPTURE
-    assert f"no such site   {dbo} (not in vLLM {OLDER.version}; added in 0.30.0)" in out
+    assert "no such site" not in out  # every release has every site
     assert tree.resolve(cached).release == OLDER
     # What apply did to the cached tree is exactly the exported patch.
     git(cached, "apply", "-R", mail)
@@ -311,8 +310,7 @@ def test_versions_lists_every_release_with_its_pins_and_call_sites(
     for release in releases.RELEASES:
         assert f"{release.version}  torch=={release.torch}  " in out
         assert f"flashinfer-python=={release.flashinfer}" in out
-    absent = sum(not release.has(Site.V2_UBATCH_CAPTURE) for release in releases.RELEASES)
-    assert out.count("not in this release (from 0.30.0)") == absent > 0
+    assert "not in this release" not in out  # releases.SITES_SINCE is empty
     assert all(str(site) in out for site in Site)
 
 
@@ -334,7 +332,6 @@ def test_versions_with_files_locates_every_call_site(
         Site.V1_DUMMY_RUN: v1_runner.PATH,
         Site.V2_EXECUTE_MODEL: v2_runner.PATH,
         Site.V2_CAPTURE: v2_cudagraph.PATH,
-        Site.V2_UBATCH_CAPTURE: v2_cudagraph.PATH,
     }
     assert set(hooked_in) == set(NEWEST.sites)
     for site, path in hooked_in.items():

@@ -46,10 +46,10 @@ def file_operations(design: Design, release: Release) -> tuple[FileOperations, .
         envs.operations(design),
         ssu_dispatch.operations(design),
         mamba_ssm.operations(design),
-        mamba_mixer2.operations(design),
     ]
     if release.has_file(replayssm_triton.PATH):
-        files.append(replayssm_triton.operations(design))
+        # mamba_mixer2.py's call of the Triton ReplaySSM came with its wrapper.
+        files += [mamba_mixer2.operations(design), replayssm_triton.operations(design)]
     if design is Design.RESET:
         files += [
             v1_runner.operations(release),
