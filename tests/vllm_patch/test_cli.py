@@ -31,7 +31,7 @@ from vllm_patch.targets import (
 )
 
 OLDER = releases.get("0.29.0")
-"""A release without the DBO capture site (added in 0.30.0)."""
+"""A release before FlashInfer's ReplaySSM call (added in 0.30.0)."""
 
 
 def changed_files(root: Path) -> set[str]:
