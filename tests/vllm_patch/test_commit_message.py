@@ -9,11 +9,11 @@ from __future__ import annotations
 import ast
 import re
 from collections.abc import Mapping
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 
 import pytest
 
-from vllm_patch import designs, fork_test, releases, targets, tree, vendor
+from vllm_patch import designs, patch, releases, targets, tree
 from vllm_patch.releases import RELEASES, Design, Site
 from vllm_patch.syntax import apply_all
 
@@ -77,16 +77,18 @@ def release_originals(release: releases.Release) -> dict[str, str]:
     return {path: data.decode() for path, data in tree.release_files(release, paths).items()}
 
 
-def added_files(design: Design) -> dict[str, bytes]:
-    """What the patch adds to a source tree (patch._added_files, for a git tree)."""
-    return {**vendor.vendored_files(), fork_test.PATH: fork_test.render(design.value).encode()}
+def added_files(design: Design, release: releases.Release) -> dict[str, bytes]:
+    """What the patch adds to a source tree (a git tree: the vendored package and the
+    fork's test), as patch.py computes it."""
+    target = tree.Target(Path("unused"), tree.Kind.GIT, release.version, release)
+    return patch._added_files(target, design)
 
 
 @pytest.mark.parametrize("design", list(Design), ids=str)
 @pytest.mark.parametrize("version", [release.version for release in RELEASES])
 def test_the_commit_message_claims_only_what_the_edits_do(version: str, design: Design) -> None:
     release = releases.get(version)
-    originals, added = release_originals(release), added_files(design)
+    originals, added = release_originals(release), added_files(design, release)
     message = designs.commit_message(design, release, originals, added)
     assert message.startswith(designs.SUBJECT + "\n\n")
     # 72 columns, but for a path too long to fit (which is not broken).
@@ -98,7 +100,8 @@ def test_a_message_of_another_release_or_design_is_caught() -> None:
     """The control: the check fails for messages whose claims the edits contradict."""
     older, newest = releases.get("0.26.0"), releases.NEWEST
     originals = release_originals(older)
-    reset, fc = added_files(Design.RESET), added_files(Design.FORWARD_CONTEXT)
+    reset = added_files(Design.RESET, older)
+    fc = added_files(Design.FORWARD_CONTEXT, older)
     newest_message = designs.commit_message(Design.RESET, newest, release_originals(newest), reset)
     # 0.33.0's message names the Triton ReplaySSM files, which 0.26.0 has not (or not
     # changed).
