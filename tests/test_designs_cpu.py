@@ -8,6 +8,7 @@ The real machinery is tested against stock on the GPU (tests/gpu).
 
 from __future__ import annotations
 
+import contextlib
 import gc
 from dataclasses import dataclass
 
@@ -135,6 +136,35 @@ def test_reset_each_forward_gets_its_own_batch(fake: FakePrefetch) -> None:
         with hooks.forward(ForwardInfo(runs_ssu=True)):
             assert prefetcher.next_seed() == (number, 0)
     assert [batch.number for batch in fake.scheduled] == [0, 1, 2]
+
+
+@pytest.mark.parametrize(
+    ("info", "ssu_calls"),
+    [
+        (ForwardInfo(runs_ssu=True, full_cudagraph=True), 0),
+        (ForwardInfo(runs_ssu=True, micro_batched=True), N),
+    ],
+    ids=["full_graph_replay", "micro_batched"],
+)
+def test_reset_a_forward_it_does_nothing_for_may_run_outside_the_hooks(
+    monkeypatch: pytest.MonkeyPatch, info: ForwardInfo, ssu_calls: int
+) -> None:
+    """Why V2's FULL-graph replay (no SSU call runs) and its DBO capture stay outside
+    the hooks: around eager forwards, inside them or not, the prefetcher draws and
+    hands out the same."""
+
+    def run(hooked: bool) -> tuple[list[object], list[tuple[int, int]]]:
+        fake = FakePrefetch()
+        monkeypatch.setattr(designs, "_seed_prefetch", lambda *args: fake)
+        hooks, prefetcher = reset_design(fake)
+        seeds: list[object] = []
+        for forward in (ForwardInfo(runs_ssu=True), info, ForwardInfo(runs_ssu=True)):
+            tested = forward is info
+            with hooks.forward(forward) if hooked or not tested else contextlib.nullcontext():
+                seeds += [prefetcher.next_seed() for _ in range(ssu_calls if tested else 2)]
+        return seeds, fake.finished
+
+    assert run(hooked=True) == run(hooked=False)
 
 
 class Forward:

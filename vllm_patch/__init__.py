@@ -3,8 +3,10 @@
 `cli` is the command line.  `releases` is the one table of supported releases
 and what differs between them; `targets/` has a module per vLLM file the patch
 changes, which finds its sites by structure (`syntax`) and lands the code kept
-in `landing/`; `designs` describes the two designs.  `vendor` produces the
-vLLM-side copy of runner_hooks, `fork_test` the test file a fork gets, `patch`
-applies, checks and reverts, `tree` finds targets (git trees, installed vLLMs)
-and builds pristine trees, whose sources `wheel` reads from PyPI over HTTP ranges.
+in `landing/`; `designs` describes the two designs and writes a release's
+commit message.  `vendor` produces the vLLM-side copy of runner_hooks,
+`fork_test` the test file a fork gets, `patch` applies, checks and reverts,
+`tree` finds targets (git trees, installed vLLMs) and builds pristine trees,
+whose sources `wheel` reads from PyPI over HTTP ranges (`pristine` records
+their sha256).
 """

@@ -19,7 +19,7 @@ from pathlib import Path
 from types import ModuleType
 
 from . import journal, patch, releases, targets, tree, vendor
-from .designs import DESIGNS
+from .designs import DESIGNS, commit_message
 from .releases import RELEASES, Design, Site
 from .vendor import VendorError
 
@@ -282,13 +282,19 @@ def _status(args: argparse.Namespace) -> int:
 
 def _export(args: argparse.Namespace) -> int:
     release = releases.get(args.base) if args.base else releases.NEWEST
-    spec = DESIGNS[args.design]
     pristine = tree.pristine_tree(release)
     workdir = Path(tempfile.mkdtemp(prefix="sr-prefetch-export-"))
     try:
         clone = tree.clone(pristine, workdir / "vllm")
-        patch.apply(tree.resolve(clone), args.design)
-        tree.commit_all(clone, spec.commit_message)
+        target = tree.resolve(clone)
+        originals = {
+            fo.path: (clone / fo.path).read_text(encoding="utf-8")
+            for fo in patch.operations(args.design, release)
+        }
+        _, reports = patch.apply(target, args.design)
+        added = {r.path: (clone / r.path).read_bytes() for r in reports if r.state == "added"}
+        message = commit_message(args.design, release, originals, added)
+        tree.commit_all(clone, message)
         mail = tree.format_patch(clone)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)

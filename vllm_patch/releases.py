@@ -39,7 +39,6 @@ class Site(str, enum.Enum):
     V1_DUMMY_RUN = "V1 GPUModelRunner._dummy_run"
     V2_EXECUTE_MODEL = "V2 GPUModelRunner.execute_model"
     V2_CAPTURE = "V2 ModelCudaGraphManager.capture forward_fn"
-    V2_UBATCH_CAPTURE = "V2 ModelCudaGraphManager.capture ubatch_forward_fn (DBO)"
 
     def __str__(self) -> str:
         return self.value
@@ -95,11 +94,9 @@ RELEASES: tuple[Release, ...] = (
 )
 """Oldest first; the newest is what `sr-prefetch apply` with no PATH patches."""
 
-SITES_SINCE: dict[Site, str] = {
-    # The V2 runner's DBO capture (ubatch_forward_fn) arrived in 0.30.0.
-    Site.V2_UBATCH_CAPTURE: "0.30.0",
-}
-"""The per-release differences the code cannot tell: sites a release added."""
+SITES_SINCE: dict[Site, str] = {}
+"""The per-release differences the code cannot tell: sites a release added (none: every
+supported release has every site)."""
 
 FILES_SINCE: dict[str, str] = {
     # The Triton ReplaySSM kernel's wrapper arrived in 0.27.0.
@@ -186,27 +183,6 @@ def _next_after(version: str) -> str:
 @cache
 def pristine_sha256() -> dict[str, dict[str, str]]:
     """release -> path -> sha256 of each file the patch changes, as the release ships it
-    (pristine_sha256.json, written by `python -m vllm_patch.releases` from the wheels)."""
+    (pristine_sha256.json, written by `python -m vllm_patch.pristine` from the wheels)."""
     data = json.loads(Path(__file__).with_name("pristine_sha256.json").read_text())
     return data
-
-
-def _refresh() -> None:
-    """Reads every release's target files from its wheel and writes their sha256."""
-    import hashlib
-
-    from . import targets, wheel
-
-    data: dict[str, dict[str, str]] = {}
-    for release in RELEASES:
-        paths = targets.paths(release)
-        files = wheel.read_members(release.version, paths)
-        data[release.version] = {path: hashlib.sha256(files[path]).hexdigest() for path in paths}
-        print(release.version, "ok")
-    Path(__file__).with_name("pristine_sha256.json").write_text(
-        json.dumps(data, indent=1, sort_keys=True) + "\n"
-    )
-
-
-if __name__ == "__main__":
-    _refresh()

@@ -25,7 +25,6 @@ import tokenize
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar
 
 
 class SiteError(Exception):
@@ -341,7 +340,8 @@ class AddWithItem(Operation):
     items: its items' lines are the only existing lines re-indented."""
 
     after_item: Callable[[ast.withitem], bool]
-    code: str
+    code: str | Callable[[Source], str]
+    """The item's code, or a function of the file that picks it (a release's variant)."""
     names: Names = _no_names
     step: str = "    "
 
@@ -364,7 +364,8 @@ class AddWithItem(Operation):
     def _insertion(self, source: Source) -> tuple[int, str]:
         """Where, in a parenthesized `with`, the new item's lines go, and the lines."""
         stmt, item = self._with(source)
-        code = substitute(self.code, self.names(source)).rstrip("\n")
+        chosen = self.code(source) if callable(self.code) else self.code
+        code = substitute(chosen, self.names(source)).rstrip("\n")
         last = item.optional_vars or item.context_expr
         line = last.end_lineno or stmt.lineno
         if (
@@ -430,22 +431,17 @@ class AddWithItem(Operation):
 
 
 @dataclass(frozen=True, kw_only=True)
-class WrapInWith(Operation):
-    """The one statement `at` put inside `with <code>:`, one level deeper; its own
-    lines are the only ones re-indented."""
+class WrapInIf(Operation):
+    """The one statement `at` put inside `if <code>:` (no else), one level deeper; its
+    own lines are the only ones re-indented."""
 
     code: str
     names: Names = _no_names
     step: str = "    "
-    _KEYWORD: ClassVar[str] = "with"
 
     def _header(self, source: Source, stmt: ast.stmt) -> str:
         code = substitute(self.code, self.names(source)).rstrip("\n")
-        return indent(f"{self._KEYWORD} {code}:\n", source.indent_of(stmt))
-
-    @staticmethod
-    def _wraps(node: ast.AST, inner: ast.stmt) -> bool:
-        return isinstance(node, ast.With) and node.body == [inner]
+        return indent(f"if {code}:\n", source.indent_of(stmt))
 
     def apply(self, source: Source) -> str:
         stmt = self.at.node(source)
@@ -459,10 +455,10 @@ class WrapInWith(Operation):
         assert isinstance(inner, ast.stmt)
         wrapper = Find(
             self.at.qualname,
-            f"{self._KEYWORD} statement around the {self.at.what}",
-            lambda node: self._wraps(node, inner),
+            f"if statement around the {self.at.what}",
+            lambda node: isinstance(node, ast.If) and node.body == [inner] and not node.orelse,
         ).node(source)
-        assert isinstance(wrapper, ast.With | ast.If)
+        assert isinstance(wrapper, ast.If)
         start, end = source.line_start(wrapper.lineno), source.line_end(wrapper.end_lineno or 0)
         header = self._header(source, wrapper)
         _expect(source, start, header, self.why)
@@ -472,17 +468,6 @@ class WrapInWith(Operation):
             raise SiteError(f"{self.why}: the wrapped statement is not indented by the patch")
         original = "".join(line[len(self.step) :] if line.strip() else line for line in lines)
         return _splice(source.text, start, end, original)
-
-
-@dataclass(frozen=True, kw_only=True)
-class WrapInIf(WrapInWith):
-    """The one statement `at` put inside `if <code>:` (no else), one level deeper."""
-
-    _KEYWORD: ClassVar[str] = "if"
-
-    @staticmethod
-    def _wraps(node: ast.AST, inner: ast.stmt) -> bool:
-        return isinstance(node, ast.If) and node.body == [inner] and not node.orelse
 
 
 @dataclass(frozen=True, kw_only=True)

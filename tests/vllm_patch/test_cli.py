@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.vllm_patch.helpers import commit, git, run, small_copy, small_git_copy, snapshot
-from vllm_patch import cli, fork_test, releases, targets, tree, vendor
+from vllm_patch import cli, designs, fork_test, patch, releases, targets, tree, vendor
 from vllm_patch.designs import DESIGNS
 from vllm_patch.releases import NEWEST, Design, Site
 from vllm_patch.targets import (
@@ -33,7 +33,7 @@ from vllm_patch.targets import (
 )
 
 OLDER = releases.get("0.29.0")
-"""A release without the DBO capture site (added in 0.30.0)."""
+"""A release before FlashInfer's ReplaySSM call (added in 0.30.0)."""
 
 
 def changed_files(root: Path) -> set[str]:
@@ -161,16 +161,21 @@ def test_export_applies_with_git_am_and_gives_the_same_files(
     status, out = run(capsys, "export", "--design", design, "-o", mail)
     assert status == 0, out
     assert f"against vLLM v{NEWEST.version}" in out and "git am --keep-non-patch" in out
-    text = mail.read_text()
-    subject = DESIGNS[design].commit_message.splitlines()[0]
-    assert "Subject: [PATCH] [Mamba] Draw a forward" in text
-    explained = "Call sites" if design is Design.RESET else "identity of vLLM's ForwardContext"
-    assert explained in " ".join(text.split())
+    assert "Subject: [PATCH] [Mamba] Draw a forward" in mail.read_text()
 
     fresh = small_tree
     git(fresh, "-c", "user.name=t", "-c", "user.email=t@t", "am", "-q", "--keep-non-patch", mail)
     assert git(fresh, "status", "--porcelain", "-uall") == ""
-    assert git(fresh, "log", "-1", "--format=%s") == subject + "\n"
+    assert git(fresh, "log", "-1", "--format=%s") == designs.SUBJECT + "\n"
+    # The message is the release's and the design's, built from what the commit holds.
+    added = git(fresh, "diff", "--name-only", "--diff-filter=A", "HEAD~1").split()
+    originals = {
+        fo.path: (pristine / fo.path).read_text() for fo in patch.operations(design, NEWEST)
+    }
+    expected = designs.commit_message(
+        design, NEWEST, originals, {path: (fresh / path).read_bytes() for path in added}
+    )
+    assert git(fresh, "log", "-1", "--format=%B").strip() == expected.strip()
 
     # A tree patched by git am reads back as applied, and reverts byte for byte ...
     status, out = run(capsys, "revert", fresh)
@@ -281,12 +286,15 @@ def test_base_picks_the_release_that_apply_and_export_patch_without_a_path(
     status, out = run(capsys, "export", "--base", OLDER.version, "-o", mail)
     assert status == 0, out
     assert f"against vLLM v{OLDER.version}" in out
+    # Its message is the older release's: FlashInfer's ReplaySSM call came in 0.30.0.
+    message = mail.read_text().partition("\n---\n")[0]
+    assert "ssu_dispatch.py:" in " ".join(message.split())
+    assert "selective_state_update_replayssm_flashinfer" not in message
 
     status, out = run(capsys, "apply", "--base", OLDER.version)
     assert status == 0, out
     assert f"vLLM {OLDER.version} (git tree) at {cached}" in out
-    dbo = Site.V2_UBATCH_CAPTURE
-    assert f"no such site   {dbo} (not in vLLM {OLDER.version}; added in 0.30.0)" in out
+    assert "no such site" not in out  # every release has every site
     assert tree.resolve(cached).release == OLDER
     # What apply did to the cached tree is exactly the exported patch.
     git(cached, "apply", "-R", mail)
@@ -369,8 +377,7 @@ def test_versions_lists_every_release_with_its_pins_and_call_sites(
     for release in releases.RELEASES:
         assert f"{release.version}  torch=={release.torch}  " in out
         assert f"flashinfer-python=={release.flashinfer}" in out
-    absent = sum(not release.has(Site.V2_UBATCH_CAPTURE) for release in releases.RELEASES)
-    assert out.count("not in this release (from 0.30.0)") == absent > 0
+    assert "not in this release" not in out  # releases.SITES_SINCE is empty
     assert all(str(site) in out for site in Site)
 
 
@@ -392,7 +399,6 @@ def test_versions_with_files_locates_every_call_site(
         Site.V1_DUMMY_RUN: v1_runner.PATH,
         Site.V2_EXECUTE_MODEL: v2_runner.PATH,
         Site.V2_CAPTURE: v2_cudagraph.PATH,
-        Site.V2_UBATCH_CAPTURE: v2_cudagraph.PATH,
     }
     assert set(hooked_in) == set(NEWEST.sites)
     for site, path in hooked_in.items():

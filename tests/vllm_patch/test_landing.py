@@ -29,8 +29,9 @@ def test_a_landing_file_says_where_it_lands_and_fits_vllm_s_88_columns(path: Pat
 
 @pytest.mark.parametrize("path", LANDING, ids=lambda p: p.name)
 def test_every_landing_file_is_used(path: Path) -> None:
-    sources = "".join(p.read_text() for p in (REPO / "vllm_patch" / "targets").glob("*.py"))
-    assert f'"{path.name}"' in sources, f"no target module lands {path.name}"
+    users = [*(REPO / "vllm_patch" / "targets").glob("*.py"), REPO / "vllm_patch/fork_test.py"]
+    sources = "".join(p.read_text() for p in users)
+    assert f'"{path.name}"' in sources, f"no target module (or fork_test.py) lands {path.name}"
 
 
 def test_the_patched_lines_fit_88_columns_in_the_newest_release() -> None:

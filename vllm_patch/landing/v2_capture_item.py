@@ -1,7 +1,8 @@
 # Lands beside set_forward_context in ModelCudaGraphManager.capture's forward_fn (the
 # reset design): the warm-up, PIECEWISE and FULL capture forwards. The base capture
 # loop runs a FULL capture with cg_mode NONE, as it runs the warm-up, so the FULL
-# capture is told by the descriptor and the warm-up flag of create_forward_fn.
+# capture is told by the descriptor and the warm-up flag of create_forward_fn. With
+# no hook registered (the flag unset), nothing is built.
 
 forward_hooks.forward(
     ForwardInfo(
@@ -10,4 +11,6 @@ forward_hooks.forward(
             desc.cg_mode == CUDAGraphMode.FULL and not warmup
         ),
     )
+    if forward_hooks.active
+    else None
 )

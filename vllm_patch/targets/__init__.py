@@ -50,10 +50,10 @@ def file_operations(design: Design, release: Release) -> tuple[FileOperations, .
         envs.operations(design),
         ssu_dispatch.operations(design),
         mamba_ssm.operations(design),
-        mamba_mixer2.operations(design),
     ]
     if release.has_file(replayssm_triton.PATH):
-        files.append(replayssm_triton.operations(design))
+        # mamba_mixer2.py's call of the Triton ReplaySSM came with its wrapper.
+        files += [mamba_mixer2.operations(design), replayssm_triton.operations(design)]
     if design is Design.RESET:
         files += [
             v1_runner.operations(release),
@@ -68,9 +68,7 @@ class BaseMismatch(TreeError):
     `--base`): the patch would leave it out, and the tree broken."""
 
 
-_SITE_DETECTORS: dict[Site, tuple[str, Callable[[Source], bool]]] = {
-    Site.V2_UBATCH_CAPTURE: (v2_cudagraph.PATH, v2_cudagraph.has_ubatch_capture),
-}
+_SITE_DETECTORS: dict[Site, tuple[str, Callable[[Source], bool]]] = {}
 """For each site of releases.SITES_SINCE: its file, and whether a file has the site."""
 
 

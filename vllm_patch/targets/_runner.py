@@ -116,8 +116,8 @@ def forward_context_call(source: Source, at: Find) -> ast.Call:
 def forward_context_names(
     at: Find, *, micro_batched: bool = True
 ) -> Callable[[Source], dict[str, str]]:
-    """ATTN_METADATA, CUDAGRAPH_MODE, UBATCH_SLICES (and MICRO_BATCHED) as the
-    set_forward_context call of `at` is given them."""
+    """ATTN_METADATA, CUDAGRAPH_MODE and UBATCH_SLICES as the set_forward_context call
+    of `at` is given them (the last two required with `micro_batched`)."""
 
     def names(source: Source) -> dict[str, str]:
         call = forward_context_call(source, at)
@@ -128,9 +128,6 @@ def forward_context_names(
         ubatch = keyword(call, "ubatch_slices")
         if ubatch is not None:
             found["UBATCH_SLICES"] = source.segment(ubatch)
-        found["MICRO_BATCHED"] = (
-            f"{found['UBATCH_SLICES']} is not None" if "UBATCH_SLICES" in found else "False"
-        )
         if micro_batched and "UBATCH_SLICES" not in found:
             raise SiteError(f"{at.qualname}: set_forward_context(...) is given no ubatch_slices")
         if "CUDAGRAPH_MODE" not in found and micro_batched:

@@ -91,6 +91,13 @@ def _landing_parts(names: tuple[str, ...]) -> tuple[str, str]:
     return textwrap.dedent(declarations), textwrap.dedent("".join(definitions))
 
 
+def declarations(design: Design) -> list[str]:
+    """The design's variables as landing/envs.py declares them, one `NAME: type = default`
+    each (for the commit message)."""
+    code = _landing_parts(VARIABLES[design])[0]
+    return [Source(code).segment(node) for node in ast.parse(code).body]
+
+
 def operations(design: Design) -> FileOperations:
     declarations, definitions = _landing_parts(VARIABLES[design])
     return FileOperations(

@@ -1,10 +1,10 @@
 """vllm/model_executor/layers/mamba/mamba_mixer2.py: the Triton ReplaySSM call.
 
-Both designs, where the release has the call (0.27.0 on; read off the code).
-`MambaMixer2.conv_ssm_forward` calls the Triton ReplaySSM kernel's wrapper
-directly, not through ssu_dispatch.py; the call passes it
-`rand_seed=_prefetched_sr_seed()`, which is None (the wrapper then draws as
-stock) wherever the SSU backends would draw inline.
+Both designs, where the release has the Triton ReplaySSM kernel's wrapper (0.27.0
+on; releases.FILES_SINCE), which `MambaMixer2.conv_ssm_forward` calls directly, not
+through ssu_dispatch.py; the call passes it `rand_seed=_prefetched_sr_seed()`,
+which is None (the wrapper then draws as stock) wherever the SSU backends would
+draw inline.
 """
 
 from __future__ import annotations
@@ -12,16 +12,7 @@ from __future__ import annotations
 import ast
 
 from ..releases import Design
-from ..syntax import (
-    AddArgument,
-    AddImportedNames,
-    FileOperations,
-    Find,
-    Source,
-    imports_from,
-    is_call,
-    only_where,
-)
+from ..syntax import AddArgument, AddImportedNames, FileOperations, Find, Source, imports_from, is_call
 from .replayssm_triton import FUNCTION as CALL
 
 PATH = "vllm/model_executor/layers/mamba/mamba_mixer2.py"
@@ -39,26 +30,20 @@ def operations(design: Design) -> FileOperations:
     return FileOperations(
         PATH,
         (
-            only_where(
-                has_call,
-                AddImportedNames(
-                    why=f"mamba_mixer2.py imports {SEED} from ssu_dispatch.py",
-                    at=Find("", f"`from {SSU_DISPATCH} import ...`", imports_from(SSU_DISPATCH)),
-                    names=(SEED,),
-                ),
+            AddImportedNames(
+                why=f"mamba_mixer2.py imports {SEED} from ssu_dispatch.py",
+                at=Find("", f"`from {SSU_DISPATCH} import ...`", imports_from(SSU_DISPATCH)),
+                names=(SEED,),
             ),
-            only_where(
-                has_call,
-                AddArgument(
-                    why="the Triton ReplaySSM call passes the prefetched seed",
-                    at=Find(
-                        "MambaMixer2.conv_ssm_forward",
-                        f"call of {CALL}",
-                        lambda n: is_call(n, CALL),
-                        expression=True,
-                    ),
-                    code=f"rand_seed={SEED}()",
+            AddArgument(
+                why="the Triton ReplaySSM call passes the prefetched seed",
+                at=Find(
+                    "MambaMixer2.conv_ssm_forward",
+                    f"call of {CALL}",
+                    lambda n: is_call(n, CALL),
+                    expression=True,
                 ),
+                code=f"rand_seed={SEED}()",
             ),
         ),
     )

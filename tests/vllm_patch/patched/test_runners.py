@@ -113,7 +113,7 @@ def builds_info_only_when_hooked(hooks: ForwardHooks, monkeypatch: pytest.Monkey
     def refuse(**fields: Any) -> None:
         raise AssertionError(f"ForwardInfo({fields}) built with no hook registered")
 
-    for module in (v1, v2):
+    for module in (v1, v2, cudagraph_utils):
         monkeypatch.setattr(module, "ForwardInfo", refuse)
 
 
@@ -331,8 +331,11 @@ def test_v1_the_drafters_dummy_run_is_outside_the_hooks(
 
 V2_FORWARDS = [
     *FORWARDS[:-1],
-    pytest.param(FULL, True, 2, id="micro-batched", marks=V2_DBO),
+    pytest.param(NONE, True, 2, id="micro-batched-eager", marks=V2_DBO),
+    pytest.param(FULL, True, 2, id="micro-batched-full-graph", marks=V2_DBO),
 ]
+"""A FULL graph (micro-batched or not) is replayed outside the hooks: a replay runs no
+Python, and the prefetcher has nothing to do for it (its draws are in the graph)."""
 
 
 def descriptor(mode: CUDAGraphMode, num_reqs: int, ubatched: bool) -> Any:
@@ -414,12 +417,12 @@ def test_v2_execute_model(
     )
     with pytest.raises(StopForward):
         runner.execute_model(scheduler_output, dummy_run=True)
-    assert model.seen == [
-        opened(
-            hooks,
-            ForwardInfo(runs_ssu=decodes > 0, micro_batched=ubatched, full_cudagraph=mode == FULL),
-        )
-    ]
+    if mode == FULL:
+        assert model.seen == [None]
+    else:
+        assert model.seen == [
+            opened(hooks, ForwardInfo(runs_ssu=decodes > 0, micro_batched=ubatched))
+        ]
     assert hooks.current is None
 
 
@@ -462,6 +465,7 @@ def test_v2_cudagraph_capture(
     ubatched: bool,
     breakable: bool,
 ) -> None:
+    builds_info_only_when_hooked(hooks, monkeypatch)
     model = ModelStandIn(hooks, output=torch.zeros(4, 2))
     calls: list[tuple[str, CUDAGraphMode]] = []
     monkeypatch.setattr(cudagraph_utils.CudaGraphManager, "capture", fake_capture_loop(calls))
@@ -518,10 +522,14 @@ def test_v2_cudagraph_capture(
     )
     runs_ssu = not (mode == PIECEWISE and not breakable and PIECEWISE_CAPTURE_SKIPS_ATTN)
     assert calls == [("warm-up", mode), ("capture", mode)]
-    assert model.seen == [
-        ForwardInfo(runs_ssu=runs_ssu, micro_batched=ubatched),
-        ForwardInfo(runs_ssu=runs_ssu, micro_batched=ubatched, full_cudagraph=mode == FULL),
-    ]
+    if ubatched:
+        # The DBO capture stays outside the hooks: a micro-batched forward draws inline.
+        assert model.seen == [None, None]
+    else:
+        assert model.seen == [
+            opened(hooks, ForwardInfo(runs_ssu=runs_ssu)),
+            opened(hooks, ForwardInfo(runs_ssu=runs_ssu, full_cudagraph=mode == FULL)),
+        ]
 
 
 def test_v2_capture_model_hands_the_runner_hooks_to_the_capture(
