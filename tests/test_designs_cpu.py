@@ -147,15 +147,15 @@ def test_reset_each_forward_gets_its_own_batch(fake: FakePrefetch) -> None:
     ids=["full_graph_replay", "micro_batched"],
 )
 def test_reset_a_forward_it_does_nothing_for_may_run_outside_the_hooks(
-    monkeypatch: pytest.MonkeyPatch, info: ForwardInfo, ssu_calls: int
+    monkeypatch: pytest.MonkeyPatch, fake: FakePrefetch, info: ForwardInfo, ssu_calls: int
 ) -> None:
     """Why V2's FULL-graph replay (no SSU call runs) and its DBO capture stay outside
     the hooks: around eager forwards, inside them or not, the prefetcher draws and
     hands out the same."""
 
     def run(hooked: bool) -> tuple[list[object], list[tuple[int, int]]]:
-        fake = FakePrefetch()
-        monkeypatch.setattr(designs, "_seed_prefetch", lambda *args: fake)
+        fake = FakePrefetch()  # a fresh one per run, in place of the fixture's
+        monkeypatch.setattr(variants, "_seed_prefetch", lambda *args: fake)
         hooks, prefetcher = reset_design(fake)
         seeds: list[object] = []
         for forward in (ForwardInfo(runs_ssu=True), info, ForwardInfo(runs_ssu=True)):

@@ -12,7 +12,15 @@ from __future__ import annotations
 import ast
 
 from ..releases import Design
-from ..syntax import AddArgument, AddImportedNames, FileOperations, Find, Source, imports_from, is_call
+from ..syntax import (
+    AddArgument,
+    AddImportedNames,
+    FileOperations,
+    Find,
+    Source,
+    imports_from,
+    is_call,
+)
 from .replayssm_triton import FUNCTION as CALL
 
 PATH = "vllm/model_executor/layers/mamba/mamba_mixer2.py"
