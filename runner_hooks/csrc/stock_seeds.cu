@@ -46,11 +46,12 @@
 namespace {
 
 constexpr uint64_t kRange = uint64_t{1} << 32;  // stock's to - from
-constexpr int64_t kBase = 0;                     // stock's from
-constexpr uint64_t kOffsetsPerDraw = 4;          // counter_offset for numel 1
+constexpr int64_t kBase = 0;                    // stock's from
+constexpr uint64_t kOffsetsPerDraw = 4;         // counter_offset for numel 1
 constexpr int kThreads = 128;
 
-__global__ void stock_seeds_kernel(int64_t* out, int64_t n, at::PhiloxCudaState philox) {
+__global__ void stock_seeds_kernel(int64_t* out, int64_t n,
+                                   at::PhiloxCudaState philox) {
   const int64_t k = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (k >= n) {
     return;
@@ -60,22 +61,26 @@ __global__ void stock_seeds_kernel(int64_t* out, int64_t n, at::PhiloxCudaState 
   curand_init(seed, /*subsequence=*/0, offset + kOffsetsPerDraw * k, &state);
   const uint4 rand_val = curand4(&state);
   const uint64_t rand = (static_cast<uint64_t>(rand_val.x) << 32) | rand_val.y;
-  out[k] = at::transformation::uniform_int_from_to<int64_t>(rand, kRange, kBase);
+  out[k] =
+      at::transformation::uniform_int_from_to<int64_t>(rand, kRange, kBase);
 }
 
 // Checks that need no device come first, so they can be tested without one.
 void stock_seeds(const at::Tensor& out) {
   TORCH_CHECK(out.scalar_type() == at::kLong,
-              "stock_seeds: out must be int64, the dtype of stock's torch.randint seeds; got ",
+              "stock_seeds: out must be int64, the dtype of stock's "
+              "torch.randint seeds; got ",
               out.scalar_type());
-  TORCH_CHECK(out.dim() == 1, "stock_seeds: out must be 1-D, one seed per element; got shape ",
+  TORCH_CHECK(out.dim() == 1,
+              "stock_seeds: out must be 1-D, one seed per element; got shape ",
               out.sizes());
   TORCH_CHECK(out.is_contiguous(),
-              "stock_seeds: out must be contiguous (seed k is written to element k of the "
-              "storage); draw into a contiguous buffer and copy from it");
+              "stock_seeds: out must be contiguous (seed k is written to "
+              "element k of the storage); draw into a contiguous buffer and "
+              "copy from it");
   TORCH_CHECK(out.is_cuda(),
-              "stock_seeds: out must be a CUDA tensor; its seeds come from its device's default "
-              "CUDA generator; got a tensor on ",
+              "stock_seeds: out must be a CUDA tensor; its seeds come from its "
+              "device's default CUDA generator; got a tensor on ",
               out.device());
   const int64_t n = out.numel();
   if (n == 0) {
@@ -96,18 +101,19 @@ void stock_seeds(const at::Tensor& out) {
   const auto blocks = static_cast<unsigned int>((n + kThreads - 1) / kThreads);
   // c10::cuda::getCurrentCUDAStream is what at::cuda::getCurrentCUDAStream
   // names, without ATen/cuda/CUDAContext.h's library headers.
-  stock_seeds_kernel<<<blocks, kThreads, 0, c10::cuda::getCurrentCUDAStream()>>>(
+  stock_seeds_kernel<<<blocks, kThreads, 0,
+                       c10::cuda::getCurrentCUDAStream()>>>(
       out.data_ptr<int64_t>(), n, philox);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
 }  // namespace
 
-// The namespace comes from the build (seed_kernel.OP_NAMESPACE): runner_hooks here, a
-// vLLM-side one in vLLM's copy. One more macro level expands it before TORCH_LIBRARY
-// pastes and stringifies it.
+// The namespace comes from the build (seed_kernel.OP_NAMESPACE): runner_hooks
+// here, a vLLM-side one in vLLM's copy. One more macro level expands it before
+// TORCH_LIBRARY pastes and stringifies it.
 #ifndef SR_SEED_OP_NAMESPACE
-#error "build with -DSR_SEED_OP_NAMESPACE=<namespace> (see seed_kernel.py)"
+  #error "build with -DSR_SEED_OP_NAMESPACE=<namespace> (see seed_kernel.py)"
 #endif
 #define SR_SEED_TORCH_LIBRARY(ns, m) TORCH_LIBRARY(ns, m)
 
