@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
 
-from . import patch, releases, tree, vendor
+from . import patch, releases, targets, tree, vendor
 from .designs import DESIGNS
 from .releases import RELEASES, Design, Site
 from .vendor import VendorError
@@ -366,7 +366,7 @@ def _locate_sites(release: releases.Release) -> dict[Site, str]:
     from .syntax import SiteError, Source
 
     found: dict[Site, list[str]] = {}
-    file_ops = patch.operations(Design.RESET, release)
+    file_ops = targets.file_operations(Design.RESET, release, setup_py_present=False)
     texts = tree.release_files(release, tuple(fo.path for fo in file_ops))
     for fo in file_ops:
         text = texts[fo.path].decode()

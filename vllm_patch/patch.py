@@ -56,8 +56,11 @@ class TreeStatus:
     problem: str | None = None
 
 
-def operations(design: Design, release: Release) -> tuple[FileOperations, ...]:
-    return targets.file_operations(design, release)
+def operations(design: Design, target: Target) -> tuple[FileOperations, ...]:
+    """The operations of `design` on `target`'s files (setup.py's where it has one)."""
+    return targets.file_operations(
+        design, target.release, setup_py_present=(target.root / "setup.py").is_file()
+    )
 
 
 def absent_sites(design: Design, release: Release) -> list[str]:
@@ -110,7 +113,7 @@ def check(target: Target, design: Design) -> tuple[bool, list[FileReport]]:
         raise PatchError(_other_design_message(target.root, current, design))
     reports = []
     dirty = set(_local_edits(target, design))
-    for file_ops in operations(design, target.release):
+    for file_ops in operations(design, target):
         text = _read(target.root, file_ops.path)
         if text is None:
             reports.append(FileReport(file_ops.path, "missing", ["the file does not exist"]))
@@ -157,7 +160,7 @@ def apply(target: Target, design: Design) -> tuple[bool, list[FileReport]]:
             + "\n".join(failing)
         )
     changes: dict[str, bytes | None] = {}
-    for file_ops in operations(design, target.release):
+    for file_ops in operations(design, target):
         original = (target.root / file_ops.path).read_bytes()
         changes[file_ops.path] = patched_text(target, original.decode(), file_ops).encode()
         if target.kind is Kind.INSTALLED:
@@ -175,7 +178,7 @@ def revert(target: Target) -> tuple[Design | None, list[FileReport]]:
         return None, []
     changes: dict[str, bytes | None] = {}
     reports = []
-    for file_ops in operations(design, target.release):
+    for file_ops in operations(design, target):
         kept = target.root / ORIGINALS / file_ops.path
         if kept.is_file():
             current = (target.root / file_ops.path).read_bytes()
@@ -212,7 +215,7 @@ def status(target: Target) -> TreeStatus:
         return TreeStatus(target, None, [], str(error))
     if design is None:
         return TreeStatus(target, None, [])
-    files = [FileReport(fo.path, "changed") for fo in operations(design, target.release)]
+    files = [FileReport(fo.path, "changed") for fo in operations(design, target)]
     files += [
         FileReport(path, "kept" if path.startswith(ORIGINALS) else "added")
         for path in _added_paths(target.root)
@@ -249,7 +252,7 @@ def _added_files(target: Target, design: Design) -> dict[str, bytes]:
 
 
 def _is_applied(target: Target, design: Design) -> bool:
-    for file_ops in operations(design, target.release):
+    for file_ops in operations(design, target):
         text = _read(target.root, file_ops.path)
         if text is None:
             return False
@@ -303,7 +306,7 @@ def _bytecode(root: Path) -> list[str]:
 
 
 def _touched_paths(target: Target, design: Design) -> list[str]:
-    return [fo.path for fo in operations(design, target.release)] + _added_paths(target.root)
+    return [fo.path for fo in operations(design, target)] + _added_paths(target.root)
 
 
 def _local_edits(target: Target, design: Design) -> list[str]:
@@ -313,7 +316,7 @@ def _local_edits(target: Target, design: Design) -> list[str]:
     where the sites are still found).  Outside git there is no history to tell
     local from committed, so any difference from the release's file counts.
     """
-    paths = [fo.path for fo in operations(design, target.release)]
+    paths = [fo.path for fo in operations(design, target)]
     if target.kind is Kind.GIT:
         return dirty_paths(target.root, paths)
     shipped = pristine_sha256().get(target.release.version, {})

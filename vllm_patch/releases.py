@@ -186,21 +186,22 @@ def _next_after(version: str) -> str:
 @cache
 def pristine_sha256() -> dict[str, dict[str, str]]:
     """release -> path -> sha256 of each file the patch changes, as the release ships it
-    (pristine_sha256.json, written by `python -m vllm_patch.releases` from the wheels)."""
+    (pristine_sha256.json, written by `python -m vllm_patch.releases`)."""
     data = json.loads(Path(__file__).with_name("pristine_sha256.json").read_text())
     return data
 
 
 def _refresh() -> None:
-    """Reads every release's target files from its wheel and writes their sha256."""
+    """Reads every release's target files (tree.release_files: the wheel's, and setup.py
+    from the sdist) and writes their sha256."""
     import hashlib
 
-    from . import targets, wheel
+    from . import targets, tree
 
     data: dict[str, dict[str, str]] = {}
     for release in RELEASES:
         paths = targets.paths(release)
-        files = wheel.read_members(release.version, paths)
+        files = tree.release_files(release, paths)
         data[release.version] = {path: hashlib.sha256(files[path]).hexdigest() for path in paths}
         print(release.version, "ok")
     Path(__file__).with_name("pristine_sha256.json").write_text(
