@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import difflib
 import os
 import re
 import shutil
@@ -310,9 +311,10 @@ def missing_environments(config: Path) -> list[str]:
 
 
 def run_hook(root: Path, config: Path, hook: str, files: list[str]) -> tuple[list[str], str]:
-    """A hook's findings on `files` of `root`, and its output; the tree is reset after."""
+    """A hook's findings on `files` of `root`, and its output; the files are put back after."""
     if not files:
         return [], ""
+    before = {name: (root / name).read_bytes() for name in files if (root / name).is_file()}
     result = _pre_commit(
         root, config, "run", hook, "--color", "never", "--hook-stage", STAGE, "--files", *files
     )
@@ -324,17 +326,21 @@ def run_hook(root: Path, config: Path, hook: str, files: list[str]) -> tuple[lis
             for line in output.splitlines()
             if any(name in line for name in files)
         ]
-        diff = _git(root, "diff", "--unified=0")
-        current = ""
-        for line in diff.splitlines():
-            if line.startswith("+++ b/"):
-                current = line[6:]
-            elif line[:1] in "+-" and not line.startswith(("+++", "---")):
-                findings.append(f"{current}: {line}")
+        for name, data in before.items():
+            after = (root / name).read_bytes()
+            if after != data:
+                diff = difflib.unified_diff(
+                    data.decode().splitlines(), after.decode().splitlines(), n=0, lineterm=""
+                )
+                findings += [
+                    f"{name}: {line}"
+                    for line in diff
+                    if line[:1] in "+-" and not line.startswith(("+++", "---"))
+                ]
         if not findings:
             findings = [f"{hook} failed without naming a file: {output.strip()[-500:]}"]
-    _git(root, "checkout", "--quiet", "--", ".")
-    _git(root, "clean", "--quiet", "-fd")
+    for name, data in before.items():
+        (root / name).write_bytes(data)
     return findings, output
 
 

@@ -72,7 +72,7 @@ def test_a_hook_finds_a_forbidden_import_and_not_in_the_release_file(
     (clone / path).write_text("import re\n" + (clone / path).read_text())
     findings, _ = precommit.run_hook(clone, config, "check-forbidden-imports", [path])
     assert len(findings) == 1 and "forbidden import: re" in findings[0], findings
-    assert precommit._git(clone, "status", "--porcelain") == ""  # reset after each hook
+    assert (clone / path).read_text().startswith("import re\n")  # put back as it was
 
 
 def test_a_fixing_hooks_changes_are_its_findings(source_clone: tuple[Path, Path]) -> None:
@@ -80,7 +80,7 @@ def test_a_fixing_hooks_changes_are_its_findings(source_clone: tuple[Path, Path]
     path = "vllm/model_executor/layers/mamba/ops/ssu_dispatch.py"
     (clone / path).write_text((clone / path).read_text() + "x = ( 1 )\n")
     findings, _ = precommit.run_hook(clone, config, "ruff-format", [path])
-    assert findings == [f"{path}: -x = ( 1 )", f"{path}: +x = 1"]
+    assert {f"{path}: -x = ( 1 )", f"{path}: +x = 1"} <= set(findings), findings
 
 
 def test_a_hook_that_cannot_run_here_fails_on_a_file_it_selects(
@@ -89,9 +89,9 @@ def test_a_hook_that_cannot_run_here_fails_on_a_file_it_selects(
     clone, config = source_clone
     (clone / "NOTES.md").write_text("# notes\n")
     chosen = precommit.selected(clone, config, ["NOTES.md", "vllm/envs.py"])
-    assert chosen["markdownlint-cli2"] == ["NOTES.md"] and "vllm/envs.py" not in chosen["typos"]
-    findings, _ = precommit.run_hook(clone, config, "markdownlint-cli2", ["NOTES.md"])
-    assert findings and "cannot run here" in "\n".join(findings), findings
+    assert chosen["markdownlint-cli2"] == ["NOTES.md"] and chosen["clang-format"] == []
+    findings, output = precommit.run_hook(clone, config, "markdownlint-cli2", ["NOTES.md"])
+    assert findings == ["NOTES.md"] and "cannot run here" in output, output
     (clone / "NOTES.md").unlink(missing_ok=True)
 
 
