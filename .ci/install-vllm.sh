@@ -3,7 +3,8 @@
 # with no GPU: vLLM's wheel without its dependencies (no CUDA torch, no kernels), torch 2.13.0
 # (CPU), and the pure-Python packages that vllm.envs, ssu_dispatch, vllm.forward_context and
 # both model runners import.  The wheel goes into sr-prefetch's cache, where the pristine tree
-# the tests patch is built from it too, so it is downloaded once.
+# the tests patch is built from it too, so it is downloaded once.  Last, .ci/install-checks.sh
+# fetches what the checks against the releases' own files need.
 #
 # Usage: bash .ci/install-vllm.sh [PYTHON]    (default: python3; give the venv's python)
 set -euo pipefail
@@ -44,3 +45,5 @@ fi
 
 "$PYTHON" -c "import vllm.v1.worker.gpu_model_runner, vllm.v1.worker.gpu.model_runner"
 "$PYTHON" -c "import importlib.metadata as m; print('vLLM', m.version('vllm'), 'installed for the CPU tests')"
+
+bash "$(dirname "$0")/install-checks.sh" "$PYTHON"

@@ -289,7 +289,7 @@ def _export(args: argparse.Namespace) -> int:
         target = tree.resolve(clone)
         originals = {
             fo.path: (clone / fo.path).read_text(encoding="utf-8")
-            for fo in patch.operations(args.design, release)
+            for fo in patch.operations(args.design, target)
         }
         _, reports = patch.apply(target, args.design)
         added = {r.path: (clone / r.path).read_bytes() for r in reports if r.state == "added"}
@@ -423,7 +423,7 @@ def _locate_sites(release: releases.Release) -> dict[Site, str]:
     from .syntax import SiteError, Source
 
     found: dict[Site, list[str]] = {}
-    file_ops = patch.operations(Design.RESET, release)
+    file_ops = targets.file_operations(Design.RESET, release, setup_py_present=False)
     texts = tree.release_files(release, tuple(fo.path for fo in file_ops))
     for fo in file_ops:
         text = texts[fo.path].decode()

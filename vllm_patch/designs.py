@@ -65,8 +65,9 @@ def commit_message(
 ) -> str:
     """The commit message of `design`'s patch on `release`.
 
-    originals: the release's text of each file the design's operations change;
-    added: the files the patch adds (path -> content), as patch.py makes them.
+    originals: the release's text of each file the design's operations change
+    (setup.py among them where the tree has one); added: the files the patch adds
+    (path -> content), as patch.py makes them.
     """
     blocks = [MOTIVATION, f"Design: {DESIGNS[design].summary}."]
     blocks.append(
@@ -75,7 +76,8 @@ def commit_message(
     )
     changed: list[str] = []
     sites: dict[str, None] = {}  # in order, once each
-    for file_ops in targets.file_operations(design, release):
+    setup_py_present = "setup.py" in originals
+    for file_ops in targets.file_operations(design, release, setup_py_present=setup_py_present):
         effective = effective_operations(originals[file_ops.path], file_ops)
         if not effective:
             continue

@@ -65,8 +65,11 @@ def settle(target: Target) -> str | None:
     return journal.settle(target.root)
 
 
-def operations(design: Design, release: Release) -> tuple[FileOperations, ...]:
-    return targets.file_operations(design, release)
+def operations(design: Design, target: Target) -> tuple[FileOperations, ...]:
+    """The operations of `design` on `target`'s files (setup.py's where it has one)."""
+    return targets.file_operations(
+        design, target.release, setup_py_present=(target.root / "setup.py").is_file()
+    )
 
 
 def absent_sites(design: Design, release: Release) -> list[str]:
@@ -137,7 +140,7 @@ def _check(target: Target, design: Design) -> tuple[bool, list[FileReport], dict
     reports = []
     patched: dict[str, str] = {}
     dirty = set(_local_edits(target, design))
-    for file_ops in operations(design, target.release):
+    for file_ops in operations(design, target):
         text = _read(target.root, file_ops.path)
         if text is None:
             reports.append(FileReport(file_ops.path, "missing", ["the file does not exist"]))
@@ -210,7 +213,7 @@ def revert(target: Target) -> tuple[Design | None, list[FileReport]]:
         return None, []
     changes: dict[str, bytes | None] = {}
     reports = []
-    for file_ops in operations(design, target.release):
+    for file_ops in operations(design, target):
         kept = target.root / ORIGINALS / file_ops.path
         current = (target.root / file_ops.path).read_bytes()
         if kept.is_file():
@@ -295,7 +298,7 @@ def _added_files(target: Target, design: Design) -> dict[str, bytes]:
 def _changed_by(target: Target, design: Design) -> list[str] | None:
     """The files `design` changed where it is applied to the target, else None."""
     changed = []
-    for file_ops in operations(design, target.release):
+    for file_ops in operations(design, target):
         text = _read(target.root, file_ops.path)
         if text is None:
             return None
@@ -384,7 +387,7 @@ def _local_edits(target: Target, design: Design) -> list[str]:
     where the sites are still found).  Outside git there is no history to tell
     local from committed, so any difference from the release's file counts.
     """
-    paths = [fo.path for fo in operations(design, target.release)]
+    paths = [fo.path for fo in operations(design, target)]
     if target.kind is Kind.GIT:
         return dirty_paths(target.root, paths)
     shipped = pristine_sha256().get(target.release.version, {})

@@ -1,7 +1,8 @@
 """Writes pristine_sha256.json: the sha256 of each file the patch changes, as each
-release's wheel ships it (run `python -m vllm_patch.pristine` after a release is added
-to releases.RELEASES).  A module of its own, as it needs both the release table and
-the targets, which import the table."""
+release ships it (setup.py in its sdist, the rest in its wheel); run
+`python -m vllm_patch.pristine` after a release is added to releases.RELEASES.  A
+module of its own, as it needs both the release table and the targets, which import
+the table."""
 
 from __future__ import annotations
 
@@ -9,16 +10,16 @@ import hashlib
 import json
 from pathlib import Path
 
-from . import targets, wheel
+from . import targets, tree
 from .releases import RELEASES
 
 
 def refresh() -> None:
-    """Reads every release's target files from its wheel and writes their sha256."""
+    """Reads every release's target files (tree.release_files) and writes their sha256."""
     data: dict[str, dict[str, str]] = {}
     for release in RELEASES:
         paths = targets.paths(release)
-        files = wheel.read_members(release.version, paths)
+        files = tree.release_files(release, paths)
         data[release.version] = {path: hashlib.sha256(files[path]).hexdigest() for path in paths}
         print(release.version, "ok")
     Path(__file__).with_name("pristine_sha256.json").write_text(

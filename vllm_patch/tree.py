@@ -168,17 +168,23 @@ def wheel_dir() -> Path:
     return cache_dir() / "wheels"
 
 
+def pristine_path(release: Release) -> Path:
+    """Where the pristine tree of `release` is cached (a directory per layout: one built
+    before setup.py was part of it is not reused)."""
+    return cache_dir() / "pristine" / f"vllm-{release.version}"
+
+
 def pristine_tree(release: Release = releases.NEWEST) -> Path:
     """The pristine vLLM tree of `release` as a git repository in the cache, built once.
 
     Built from the release's PyPI wheel, read member by member over HTTP ranges
     (wheel.py; a few MB rather than the whole wheel): its `vllm/` package, less
-    compiled binaries, which a fork's source tree does not track, committed as
-    "vLLM v<release>" and tagged v<release>.  The commit stays pristine: the
-    commands change only the work tree, so `HEAD` is always the base to diff and
-    export against.
+    compiled binaries, which a fork's source tree does not track, and setup.py
+    from its sdist (sdist.py), committed as "vLLM v<release>" and tagged
+    v<release>.  The commit stays pristine: the commands change only the work
+    tree, so `HEAD` is always the base to diff and export against.
     """
-    target = cache_dir() / f"vllm-{release.version}"
+    target = pristine_path(release)
     if (target / ".git").is_dir():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -197,6 +203,7 @@ def pristine_tree(release: Release = releases.NEWEST) -> Path:
                 continue
             (staging / name).parent.mkdir(parents=True, exist_ok=True)
             (staging / name).write_bytes(data)
+        (staging / "setup.py").write_bytes(release_files(release, ("setup.py",))["setup.py"])
         _git(staging, "init", "--quiet")
         _git(staging, "add", "--all")
         _commit(staging, f"vLLM v{release.version}")
@@ -212,13 +219,22 @@ def pristine_tree(release: Release = releases.NEWEST) -> Path:
 
 
 def release_files(release: Release, paths: tuple[str, ...]) -> dict[str, bytes]:
-    """`paths` of `release`'s wheel, read over HTTP ranges once and cached."""
+    """`paths` of `release`, read once and cached: the package's files from its wheel over
+    HTTP ranges, the others (setup.py) from its sdist."""
     folder = cache_dir() / "files" / release.version
     missing = [path for path in paths if not (folder / path).is_file()]
     if missing:
+        from . import sdist  # it finds its cache with cache_dir()
+
+        in_wheel = [path for path in missing if path.startswith("vllm/")]
         try:
-            fetched = wheel.read_members(release.version, missing)
-        except wheel.WheelError as error:
+            fetched = wheel.read_members(release.version, in_wheel) if in_wheel else {}
+            if len(in_wheel) < len(missing):
+                sdist.fetch(release.version)
+                fetched |= sdist.read_members(
+                    release.version, [p for p in missing if p not in in_wheel]
+                )
+        except (wheel.WheelError, sdist.SdistError) as error:
             raise TreeError(f"could not fetch vLLM {release.version}: {error}") from None
         for path, data in fetched.items():
             (folder / path).parent.mkdir(parents=True, exist_ok=True)

@@ -124,14 +124,6 @@ def vendor_module(text: str, origin: str) -> str:
         tree = ast.parse(text)
     except SyntaxError as error:
         raise VendorError(f"{origin} does not parse: {error}") from None
-    guard = next((node for node in tree.body if _is_torch_guard(node)), None)
-    if guard is not None:
-        # runner_hooks tells an install without torch what to install; vLLM has torch.
-        lines = text.splitlines(keepends=True)
-        end = guard.end_lineno or guard.lineno
-        end += end < len(lines) and lines[end] == "\n"
-        text = "".join(lines[: guard.lineno - 1] + lines[end:])
-        tree = ast.parse(text)
     for node in ast.walk(tree):
         names = (
             [alias.name for alias in node.names]
@@ -207,16 +199,6 @@ def _flatten_imports(text: str, source: Path, module: PurePosixPath) -> str:
             raise VendorError(f"{SOURCE_PACKAGE}/{module}:{node.lineno}: write `{old}` on one line")
         lines[node.lineno - 1] = line[: node.col_offset] + new + line[node.col_offset + len(old) :]
     return "".join(lines)
-
-
-def _is_torch_guard(node: ast.stmt) -> bool:
-    """`try: import torch` with its handlers: the import check of an install without torch."""
-    return (
-        isinstance(node, ast.Try)
-        and len(node.body) == 1
-        and isinstance(node.body[0], ast.Import)
-        and [alias.name for alias in node.body[0].names] == ["torch"]
-    )
 
 
 def _set_constants(text: str, values: dict[str, str], origin: str) -> str:

@@ -54,20 +54,26 @@ def index_url() -> str:
     return os.environ.get("SR_PREFETCH_INDEX_URL", DEFAULT_INDEX).rstrip("/")
 
 
-def find_wheel(version: str) -> WheelFile:
-    """The x86-64 manylinux wheel of vLLM `version` on the index."""
+def index_files() -> list[dict]:
+    """vLLM's files on the index: the `files` of its PEP 691 project page."""
     url = f"{index_url()}/vllm/"
     request = urllib.request.Request(
         url, headers={"Accept": "application/vnd.pypi.simple.v1+json", "User-Agent": _USER_AGENT}
     )
     try:
-        page = json.loads(_urlopen(request).read())
+        page = json.loads(urlopen(request).read())
     except (OSError, ValueError) as error:
         raise WheelError(f"cannot list vLLM's files at {url}: {error}") from None
+    return page.get("files", [])
+
+
+def find_wheel(version: str) -> WheelFile:
+    """The x86-64 manylinux wheel of vLLM `version` on the index."""
+    url = f"{index_url()}/vllm/"
     pattern = re.compile(_WHEEL_NAME.format(version=re.escape(version)))
     found = [
         (int(match.group("build") or 0), entry)
-        for entry in page.get("files", [])
+        for entry in index_files()
         if (match := pattern.fullmatch(entry["filename"])) and not entry.get("yanked")
     ]
     if not found:
@@ -144,7 +150,7 @@ class RemoteWheel(io.RawIOBase):
             headers={"Range": f"bytes={start}-{end - 1}", "User-Agent": _USER_AGENT},
         )
         try:
-            response = _urlopen(request)
+            response = urlopen(request)
             data = response.read()
         except OSError as error:
             raise WheelError(f"cannot read {self.wheel.filename}: {error}") from None
@@ -193,7 +199,7 @@ def _is_binary(name: str) -> bool:
     return name.endswith(".so") or ".so." in name.rsplit("/", 1)[-1]
 
 
-def _urlopen(request: urllib.request.Request):
+def urlopen(request: urllib.request.Request):
     error: OSError | None = None
     for _ in range(_ATTEMPTS):
         try:

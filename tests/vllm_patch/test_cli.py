@@ -26,6 +26,7 @@ from vllm_patch.targets import (
     mamba_mixer2,
     mamba_ssm,
     replayssm_triton,
+    setup_py,
     ssu_dispatch,
     v1_runner,
     v2_cudagraph,
@@ -42,7 +43,9 @@ def changed_files(root: Path) -> set[str]:
 
 def changed_paths(design: Design) -> set[str]:
     """The existing files `design` changes in the newest release."""
-    return {file_ops.path for file_ops in targets.file_operations(design, NEWEST)}
+    return {
+        file_ops.path for file_ops in targets.file_operations(design, NEWEST, setup_py_present=True)
+    }
 
 
 def added_paths(design: Design = Design.RESET) -> set[str]:
@@ -105,10 +108,14 @@ def test_the_reset_design_edits_the_runners_and_forward_context_does_not() -> No
         mamba_ssm.PATH,
         replayssm_triton.PATH,
         mamba_mixer2.PATH,
+        setup_py.PATH,  # where its vendored files have CUDA sources
     }
+    assert setup_py.needed(vendor.vendored_files())
     forward_context_sites = {
         operation.site
-        for file_ops in targets.file_operations(Design.FORWARD_CONTEXT, NEWEST)
+        for file_ops in targets.file_operations(
+            Design.FORWARD_CONTEXT, NEWEST, setup_py_present=True
+        )
         for operation in file_ops.operations
     }
     assert forward_context_sites == {None}
@@ -122,7 +129,7 @@ def test_check_says_per_file_what_apply_would_do(
     status, out = run(capsys, "check", small_tree, "--design", design)
     assert status == 0, out
     assert f"The {design} design would apply cleanly to vLLM {NEWEST.version}" in out
-    for file_ops in targets.file_operations(design, NEWEST):
+    for file_ops in targets.file_operations(design, NEWEST, setup_py_present=True):
         assert f"would change   {file_ops.path}" in out
         # Each operation's reason, and where in the file it lands.
         assert all(f"{operation.why} (" in out for operation in file_ops.operations)
@@ -170,7 +177,8 @@ def test_export_applies_with_git_am_and_gives_the_same_files(
     # The message is the release's and the design's, built from what the commit holds.
     added = git(fresh, "diff", "--name-only", "--diff-filter=A", "HEAD~1").split()
     originals = {
-        fo.path: (pristine / fo.path).read_text() for fo in patch.operations(design, NEWEST)
+        fo.path: (pristine / fo.path).read_text()
+        for fo in patch.operations(design, tree.resolve(pristine))
     }
     expected = designs.commit_message(
         design, NEWEST, originals, {path: (fresh / path).read_bytes() for path in added}
@@ -259,7 +267,7 @@ def test_the_pristine_tree_is_the_newest_release_s_source(pristine: Path) -> Non
 def test_apply_without_a_path_patches_the_cached_pristine_tree(
     pristine: Path, cache: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    cached = small_git_copy(pristine, cache / f"vllm-{NEWEST.version}")
+    cached = small_git_copy(pristine, tree.pristine_path(NEWEST))
     status, out = run(capsys, "apply")
     assert status == 0, out
     assert f"at {cached}" in out and f"git -C {cached} diff" in out
@@ -279,7 +287,7 @@ def test_base_picks_the_release_that_apply_and_export_patch_without_a_path(
     # own cache gets a small copy of it.
     shared = tree.pristine_tree(OLDER)
     monkeypatch.setenv("SR_PREFETCH_CACHE", str(tmp_path / "cache"))
-    cached = small_git_copy(shared, tree.cache_dir() / f"vllm-{OLDER.version}", OLDER)
+    cached = small_git_copy(shared, tree.pristine_path(OLDER), OLDER)
     capsys.readouterr()
 
     mail = tmp_path / "older.patch"

@@ -42,7 +42,7 @@ def problems(
     leaves out."""
     patched = {
         fo.path: apply_all(originals[fo.path], fo)
-        for fo in targets.file_operations(design, release)
+        for fo in targets.file_operations(design, release, setup_py_present="setup.py" in originals)
     }
     changed = {path for path, text in patched.items() if text != originals[path]}
     files = changed | set(added)
@@ -60,7 +60,7 @@ def problems(
     found += [f"does not name {var}" for var in sorted(added_vars - named_vars)]
     hooked = {
         op.site
-        for fo in targets.file_operations(design, release)
+        for fo in targets.file_operations(design, release, setup_py_present="setup.py" in originals)
         for op in fo.operations
         if op.site is not None
     }

@@ -21,7 +21,7 @@ import pytest
 
 from tests.vllm_patch.conftest import PATCHED_TREE_ENV
 from tests.vllm_patch.helpers import git
-from vllm_patch import cli, patch, releases, tree
+from vllm_patch import cli, releases, targets, tree
 from vllm_patch.releases import Design, Site
 from vllm_patch.syntax import FileOperations, apply_all
 
@@ -104,7 +104,7 @@ def runner_call_sites() -> list:
     params = []
     for version in RELEASES:
         release = releases.get(version)
-        for file_ops in patch.operations(Design.RESET, release):
+        for file_ops in targets.file_operations(Design.RESET, release, setup_py_present=False):
             for index, operation in enumerate(file_ops.operations):
                 if operation.site is not None:
                     params.append(

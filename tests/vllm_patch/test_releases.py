@@ -52,7 +52,7 @@ def test_check_apply_revert_on_every_release(
 
     status, out = run(capsys, "apply", root, "--design", design)
     assert status == 0, out
-    for file_ops in patch.operations(design, releases.get(version)):
+    for file_ops in patch.operations(design, tree.resolve(root)):
         text = (root / file_ops.path).read_text()
         assert hashlib.sha256(text.encode()).hexdigest() != before[file_ops.path]
         compile(text, file_ops.path, "exec")
@@ -71,7 +71,7 @@ def test_the_reset_design_hooks_every_site_the_release_has(
     release = releases.get(version)
     hooked = {
         operation.site
-        for file_ops in patch.operations(Design.RESET, release)
+        for file_ops in targets.file_operations(Design.RESET, release, setup_py_present=False)
         for operation in file_ops.operations
         if operation.site is not None
     }

@@ -1,57 +1,23 @@
-"""The vendored copy of runner_hooks, and the code the patch puts into vLLM, in vLLM's style."""
+"""The vendored copy of runner_hooks, and what sr-prefetch and runner_hooks ship.
+
+vLLM's own checks of the code the patch puts into vLLM are the release's pre-commit
+hooks, run on each design's export (test_precommit.py).
+"""
 
 from __future__ import annotations
 
 import ast
 import fnmatch
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from vllm_patch import fork_test, patch, releases, targets, tree, vendor
-from vllm_patch.releases import NEWEST, Design
+from vllm_patch import releases, vendor
+from vllm_patch.releases import Design
 from vllm_patch.syntax import LANDING_DIR
 
 REPO = Path(__file__).resolve().parents[2]
-
-VLLM_RUFF = [
-    "--line-length=88",
-    "--target-version=py310",
-    "--config=lint.isort.known-first-party=['vllm']",
-]
-
-
-def ruff(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "ruff", *map(str, args)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-
-
-@pytest.fixture(scope="module", params=list(Design), ids=str)
-def patched(
-    request: pytest.FixtureRequest, pristine: Path, tmp_path_factory: pytest.TempPathFactory
-) -> tuple[Design, Path]:
-    """The pristine tree's files that the patch reads or changes, copied, with a design
-    applied: shared by the tests that only read it."""
-    design: Design = request.param
-    root = tmp_path_factory.mktemp(f"patched-{design}")
-    for path in ("vllm/__init__.py", "vllm/_version.py", *targets.PATHS):
-        (root / path).parent.mkdir(parents=True, exist_ok=True)
-        (root / path).write_bytes((pristine / path).read_bytes())
-    changed, _ = patch.apply(tree.resolve(root), design)
-    assert changed
-    return design, root
-
-
-def changed_files(design: Design, root: Path) -> list[Path]:
-    return [root / file_ops.path for file_ops in targets.file_operations(design, NEWEST)]
-
 
 # --- vendoring --------------------------------------------------------------------------------
 
@@ -203,64 +169,3 @@ def test_sr_prefetch_ships_the_landing_code_and_the_release_table() -> None:
     ]
     for path in read_at_run_time:
         assert shipped("vllm_patch", path.relative_to(package).as_posix()), path
-
-
-# --- vLLM's style -----------------------------------------------------------------------------
-
-
-def test_the_code_put_into_vllm_is_linted_as_vllm_does(patched: tuple[Design, Path]) -> None:
-    design, root = patched
-    test_file = root / fork_test.PATH
-    lint = ruff(
-        "check",
-        *VLLM_RUFF,
-        "--select=E,F,W,I",
-        "--ignore=E731",
-        test_file,
-        *changed_files(design, root),
-    )
-    assert lint.returncode == 0, lint.stdout
-    lint = ruff("check", *VLLM_RUFF, "--select=UP,B,SIM,RUF", test_file)
-    assert lint.returncode == 0, lint.stdout
-
-
-def format_changes(path: Path) -> set[str]:
-    """The lines `ruff format` would remove or add in `path` (empty: formatted)."""
-    diff = ruff("format", "--diff", *VLLM_RUFF[:2], path).stdout
-    return {
-        line
-        for line in diff.splitlines()
-        if line[:1] in "+-" and not line.startswith(("+++", "---"))
-    }
-
-
-def test_the_code_put_into_vllm_is_formatted_as_vllm_does(
-    patched: tuple[Design, Path], pristine: Path
-) -> None:
-    """Every changed file formats as ruff would, but for what ruff would change in the
-    release's own file too (vLLM's mamba_ssm.py predates this ruff's formatting)."""
-    design, root = patched
-    formatted = ruff("format", "--check", *VLLM_RUFF[:2], root / fork_test.PATH)
-    assert formatted.returncode == 0, formatted.stdout + formatted.stderr
-    for path in changed_files(design, root):
-        ours = format_changes(path) - format_changes(pristine / path.relative_to(root))
-        assert not ours, f"{path.relative_to(root)}: {sorted(ours)}"
-
-
-def test_the_vendored_package_is_linted_and_formatted_as_vllm_does(
-    patched: tuple[Design, Path],
-) -> None:
-    vendored = patched[1] / vendor.VENDORED_PACKAGE
-    lint = ruff("check", *VLLM_RUFF, "--select=E,F,W,I,UP", vendored)
-    assert lint.returncode == 0, lint.stdout
-    formatted = ruff("format", "--check", *VLLM_RUFF[:2], vendored)
-    assert formatted.returncode == 0, formatted.stdout + formatted.stderr
-
-
-def test_runner_hooks_import_check_for_torch_stays_out_of_vllm() -> None:
-    """runner_hooks/__init__.py tells an install without torch what to install; vLLM has
-    torch, and no file that lands in it names a package outside it."""
-    source = (vendor.source_dir() / "__init__.py").read_text()
-    assert "import torch" in source and "pip install" in source  # the control
-    vendored = vendor.vendored_files()[f"{vendor.VENDORED_PACKAGE}/__init__.py"].decode()
-    assert "import torch" not in vendored and "pip install" not in vendored

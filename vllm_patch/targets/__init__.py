@@ -4,7 +4,8 @@ Each module finds its sites by structure (see syntax.py) and takes the code that
 lands from landing/.  `file_operations` gathers a design's operations for one
 release: the reset design hooks the model runners; the forward-context design
 changes envs.py, ssu_dispatch.py and the Triton kernels' wrappers and their
-ReplaySSM call only.
+ReplaySSM call only.  Where the tree has setup.py (a source tree) and the vendored
+package has CUDA sources, setup.py lists them as package data.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from .. import vendor
 from ..releases import FILES_SINCE, RELEASES, SITES_SINCE, Design, Release, Site, get
 from ..syntax import FileOperations, SiteError, Source
 from ..tree import TreeError
@@ -20,6 +22,7 @@ from . import (
     mamba_mixer2,
     mamba_ssm,
     replayssm_triton,
+    setup_py,
     ssu_dispatch,
     v1_runner,
     v2_cudagraph,
@@ -35,6 +38,7 @@ PATHS: tuple[str, ...] = (
     v1_runner.PATH,
     v2_runner.PATH,
     v2_cudagraph.PATH,
+    setup_py.PATH,
 )
 """Every file either design changes in some release, as paths from the tree's root."""
 
@@ -44,8 +48,11 @@ def paths(release: Release) -> tuple[str, ...]:
     return tuple(path for path in PATHS if release.has_file(path))
 
 
-def file_operations(design: Design, release: Release) -> tuple[FileOperations, ...]:
-    """The operations of `design` on `release`'s files, file by file."""
+def file_operations(
+    design: Design, release: Release, *, setup_py_present: bool
+) -> tuple[FileOperations, ...]:
+    """The operations of `design` on `release`'s files, file by file; setup.py's where
+    the tree has one (`setup_py_present`)."""
     files = [
         envs.operations(design),
         ssu_dispatch.operations(design),
@@ -60,6 +67,8 @@ def file_operations(design: Design, release: Release) -> tuple[FileOperations, .
             v2_runner.operations(release),
             v2_cudagraph.operations(release),
         ]
+    if setup_py_present and setup_py.needed(vendor.vendored_files(design)):
+        files.append(setup_py.operations())
     return tuple(files)
 
 
