@@ -18,8 +18,15 @@ from pathlib import Path
 from typing import Any
 
 from . import model
-from .arms import IDENTITY_ARMS, IDENTITY_ENV, STOCK, Arm, GraphMode, Runner
-from .session import Settings, close_all, spawn_all, write_json
+from .arms import IDENTITY_ENV, STOCK, Arm, GraphMode, Runner
+from .session import (
+    Settings,
+    close_all,
+    identity_arms_from_env,
+    modes_from_env,
+    spawn_all,
+    write_json,
+)
 
 
 def key(arm: str, runner: Runner, mode: GraphMode) -> str:
@@ -103,12 +110,13 @@ def run(settings: Settings, spawn: Callable[..., dict] = spawn_all) -> dict[str,
     previous = _resumed()
     records: dict[str, Any] = dict(previous["records"])
     engagement: dict[str, list[str]] = dict(previous["engagement"])
+    arms, modes = identity_arms_from_env(), modes_from_env(MODES)
     todo = {
-        (arm.name, runner): [mode for mode in MODES if key(arm.name, runner, mode) not in records]
+        (arm.name, runner): [mode for mode in modes if key(arm.name, runner, mode) not in records]
         for runner in Runner
-        for arm in IDENTITY_ARMS
+        for arm in arms
     }
-    pairs = [(arm, runner) for runner in Runner for arm in IDENTITY_ARMS if todo[arm.name, runner]]
+    pairs = [(arm, runner) for runner in Runner for arm in arms if todo[arm.name, runner]]
     workers = spawn(pairs, settings, "identity", IDENTITY_ENV)
     # Set once stock's engine of (runner, mode) has given its record (or failed).
     led = {(runner, mode): threading.Event() for runner in Runner for mode in MODES}

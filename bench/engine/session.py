@@ -8,6 +8,10 @@ the worker pool: one worker per (arm, runner), started side by side.
     SR_ENGINE_ARMS   stock,floor,... the arms the timing measures (default all of
                                     arms.TIMING_ARMS; stock is always among them):
                                     fewer arms, fewer engines and samples per call
+    SR_ENGINE_IDENTITY_ARMS reset-kernel,...  the identity run's arms (default all of
+                                    arms.IDENTITY_ARMS; stock and stock-again, the
+                                    positive control, always run)
+    SR_ENGINE_MODES  eager,FULL_AND_PIECEWISE  the identity run's graph modes (default all)
     SR_ENGINE_PROFILE 1,8           after the timing's rounds, each engine's GPU kernels
                                     at these batch sizes (timing.Plan.profile_batch_sizes)
     OUT              where results and engine logs go (default /tmp/out)
@@ -23,13 +27,24 @@ from pathlib import Path
 from typing import Any
 
 from . import model
-from .arms import BATCH_SIZES, STOCK, TIMING_ARMS, Arm, Runner
+from .arms import (
+    BATCH_SIZES,
+    IDENTITY_ARMS,
+    STOCK,
+    STOCK_AGAIN,
+    TIMING_ARMS,
+    Arm,
+    GraphMode,
+    Runner,
+)
 from .client import SITES_ENV, Worker, sites_from_env
 
 GPUS_ENV = "SR_ENGINE_GPUS"
 RUNNERS_ENV = "SR_ENGINE_RUNNERS"
 ARMS_ENV = "SR_ENGINE_ARMS"
 PROFILE_ENV = "SR_ENGINE_PROFILE"
+IDENTITY_ARMS_ENV = "SR_ENGINE_IDENTITY_ARMS"
+MODES_ENV = "SR_ENGINE_MODES"
 
 
 @dataclass(frozen=True)
@@ -80,6 +95,34 @@ def timing_arms_from_env() -> tuple[Arm, ...]:
     if names - known or not names:
         raise ValueError(f"{ARMS_ENV} takes names among {', '.join(sorted(known))}; got {text!r}")
     return tuple(arm for arm in TIMING_ARMS if arm.name in names | {STOCK.name})
+
+
+def identity_arms_from_env() -> tuple[Arm, ...]:
+    """The identity run's arms named in SR_ENGINE_IDENTITY_ARMS, in IDENTITY_ARMS'
+    order; stock and stock-again (the positive control) run whether named or not."""
+    text = os.environ.get(IDENTITY_ARMS_ENV, "")
+    if not text:
+        return IDENTITY_ARMS
+    names = {name for name in text.split(",") if name}
+    known = {arm.name for arm in IDENTITY_ARMS}
+    if names - known or not names:
+        raise ValueError(
+            f"{IDENTITY_ARMS_ENV} takes names among {', '.join(sorted(known))}; got {text!r}"
+        )
+    always = {STOCK.name, STOCK_AGAIN.name}
+    return tuple(arm for arm in IDENTITY_ARMS if arm.name in names | always)
+
+
+def modes_from_env(modes: tuple[GraphMode, ...]) -> tuple[GraphMode, ...]:
+    """Those of `modes` named in SR_ENGINE_MODES (all when unset), in their order."""
+    text = os.environ.get(MODES_ENV, "")
+    if not text:
+        return modes
+    names = {name for name in text.split(",") if name}
+    known = {mode.value for mode in modes}
+    if names - known or not names:
+        raise ValueError(f"{MODES_ENV} takes names among {', '.join(sorted(known))}; got {text!r}")
+    return tuple(mode for mode in modes if mode.value in names)
 
 
 def profile_batch_sizes_from_env() -> tuple[int, ...]:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from . import arms, client, model, report, session, timing, worker
+from . import arms, client, identity, model, report, session, timing, worker
 from .arms import ARMS, BY_NAME, CONTROLS, IDENTITY_ARMS, STOCK, TIMING_ARMS, GraphMode, Runner
 from .client import Worker, WorkerError, sites_from_env
 
@@ -738,6 +738,47 @@ def test_an_unknown_timing_arm_is_refused(bad: str, monkeypatch: pytest.MonkeyPa
     monkeypatch.setenv(session.ARMS_ENV, bad)
     with pytest.raises(ValueError, match="SR_ENGINE_ARMS takes names among"):
         session.timing_arms_from_env()
+
+
+def test_the_identity_run_can_judge_some_arms_and_modes(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv(session.IDENTITY_ARMS_ENV, "control-one-seed,reset-kernel")
+    monkeypatch.setenv(session.MODES_ENV, "FULL_AND_PIECEWISE,eager")
+    chosen = [arm.name for arm in session.identity_arms_from_env()]
+    # stock and its positive control always, in IDENTITY_ARMS' order
+    assert chosen == ["stock", "stock-again", "reset-kernel", "control-one-seed"]
+    assert session.modes_from_env(identity.MODES) == (
+        GraphMode.EAGER,
+        GraphMode.FULL_AND_PIECEWISE,
+    )
+    calls: list[tuple[str, str, dict]] = []
+    settings = session.Settings({}, ("0",), tmp_path)
+    records = identity.run(settings, spawn=quick_spawn(calls))["records"]
+    assert sorted(records) == sorted(
+        identity.key(arm, runner, mode)
+        for arm in chosen
+        for runner in Runner
+        for mode in (GraphMode.EAGER, GraphMode.FULL_AND_PIECEWISE)
+    )
+    monkeypatch.delenv(session.IDENTITY_ARMS_ENV)
+    monkeypatch.delenv(session.MODES_ENV)
+    assert session.identity_arms_from_env() == IDENTITY_ARMS
+    assert session.modes_from_env(identity.MODES) == identity.MODES
+
+
+@pytest.mark.parametrize(
+    ("env", "bad"),
+    [("IDENTITY_ARMS_ENV", "reset"), ("IDENTITY_ARMS_ENV", ","), ("MODES_ENV", "FULL")],
+)
+def test_an_unknown_identity_arm_or_mode_is_refused(
+    env: str, bad: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    name = getattr(session, env)
+    monkeypatch.setenv(name, bad)
+    with pytest.raises(ValueError, match=f"{name} takes names among"):
+        session.identity_arms_from_env()
+        session.modes_from_env(identity.MODES)
 
 
 @pytest.mark.parametrize("bad", ["v3", ",", "v1,x"])
