@@ -18,7 +18,7 @@ from .client import Worker, WorkerError, sites_from_env
 
 
 def test_rank_config_is_one_tp4_rank_of_the_public_model() -> None:
-    config = model.rank_config()
+    config = model.model_config()
     pattern = config["hybrid_override_pattern"]
     assert len(model.SUPER["hybrid_override_pattern"]) == 88
     assert pattern == model.SUPER["hybrid_override_pattern"].replace("E", "-")
@@ -33,7 +33,7 @@ def test_rank_config_is_one_tp4_rank_of_the_public_model() -> None:
 
 def test_model_dir_holds_the_config(tmp_path: Path) -> None:
     folder = model.write_model_dir(tmp_path / "m")
-    assert json.loads((folder / "config.json").read_text()) == model.rank_config()
+    assert json.loads((folder / "config.json").read_text()) == model.model_config()
 
 
 class _Mixer(torch.nn.Module):
@@ -333,8 +333,8 @@ def test_replay_spans_sum_each_steps_replays() -> None:
 
     spans = worker.ReplaySpans()
     spans.pairs.extend((Pair(ms), None) for ms in (1.0, 2.0, 4.0))
-    # Step 0 replays once, step 1 not at all (left out), step 2 twice.
-    assert spans.per_step([1, 1, 3]) == [1e-3, 6e-3]
+    # Step 0 replays once, step 1 not at all (None), step 2 twice.
+    assert spans.per_step([1, 1, 3]) == [1e-3, None, 6e-3]
 
 
 def test_replay_spans_start_behind_a_spin(monkeypatch: pytest.MonkeyPatch) -> None:
