@@ -9,16 +9,17 @@ engine core): client.py sets it.  At TP N > 1 each rank is a process of
 vLLM's multiprocessing executor, started with this one's environment; so
 whatever the harness reads or times on the GPU runs on every rank through
 vLLM's collective_rpc (at TP 1, on the one in-process worker: the same
-path), each reply tagged with its rank (`by_rank`).  Each command is one JSON line; each reply
-is one JSON line on FD (vLLM logs to stdout, so replies do not go there):
+path), each reply tagged with its rank (`by_rank`).  Each command is one
+JSON line; each reply is one JSON line on FD (vLLM logs to stdout, so
+replies do not go there):
 {"ok": true, ...} or {"ok": false, "error": ...}.
 
     {"op": "start", "mode": "FULL_AND_PIECEWISE"}   build the engine (drops the last)
     {"op": "identity"}                              the identity workload's record
     {"op": "decode", "bs": 4, "steps": 48, "warm": 4}   seconds per decode step (wall),
-                                                    and the median forward (GPU)
-    {"op": "profile", "bs": 1, "steps": 24, "warm": 4}  the GPU kernels of those decode
-                                                    steps (torch.profiler), per step
+                                                    and every rank's GPU spans, merged
+    {"op": "profile", "bs": 1, "steps": 24, "warm": 4}  rank 0's GPU kernels of those
+                                                    decode steps (torch.profiler), per step
     {"op": "quit"}
 """
 
@@ -444,7 +445,8 @@ class RankSpans:
         return {"forward_s": self.forwards.take(), "replay_s": replays, "replays": count}
 
 
-# This process's timers (a rank's, under TP), installed by _install_spans.
+# This process's (under TP, a rank's) timers, set by _install_spans, and
+# profiler, between _start_profile and _stop_profile.
 _REPLAYS: ReplaySpans | None = None
 _SPANS: RankSpans | None = None
 _PROFILE: Any = None
