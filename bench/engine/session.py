@@ -4,7 +4,7 @@ the worker pool: one worker per (arm, runner), started side by side.
     SR_ENGINE_SITES  copy=path,...  the vLLM copies (see tests/gpu/vllm/engine.sh)
     SR_ENGINE_GPUS   0 or 0,1       GPUs, in groups of SR_ENGINE_TP; with two groups, V1
                                     engines use the first, V2 the second
-    SR_ENGINE_TP     1, 2, 4 or 8    tensor-parallel size of every engine (default 1):
+    SR_ENGINE_TP     1, 2, 4 or 8   tensor-parallel size of every engine (default 1):
                                     one process per rank, each rank one TP4 rank's work
                                     (model.model_config)
     SR_ENGINE_RUNNERS v1,v2         the runners the timing measures (default both; one
