@@ -199,14 +199,27 @@ IDENTITY_ENV = {
     "CUBLAS_WORKSPACE_CONFIG": ":4096:8",
 }
 
+# Every engine's, and so every TP rank's (vLLM's multiprocessing executor
+# starts the ranks with the engine process's environment): NVLink multicast
+# off, in NCCL, torch's symmetric memory and NVSHMEM alike.
+MULTICAST_OFF_ENV = {
+    "NCCL_NVLS_ENABLE": "0",
+    "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+    "NVSHMEM_DISABLE_NVLS": "1",
+}
+
 SEED = 0
 BATCH_SIZES = (1, 2, 4, 8)
+# vLLM's GPU worker, set up for the arm first (worker.prepare_rank) in every
+# rank's process: at TP 1 the engine's own, under TP one per rank.
+WORKER_CLS = "bench.engine.rank_worker.RankWorker"
 
 
-def engine_kwargs(model_dir: str, mode: GraphMode, seed: int = SEED) -> dict:
+def engine_kwargs(model_dir: str, mode: GraphMode, seed: int = SEED, tp: int = 1) -> dict:
     """LLM(...) arguments of every run: vLLM 0.26.0's FlashInfer SSU with fp16
     state and stochastic rounding (5 Philox rounds), as the seed document
-    serves, with graphs for batch sizes 1-8.
+    serves, with graphs for batch sizes 1-8, over `tp` tensor-parallel ranks
+    (one process per rank, vLLM's multiprocessing executor, where tp > 1).
 
     kv_cache_memory_bytes skips vLLM's memory profiling, so engines on one
     GPU can start side by side, and keeps the state small enough to hash
@@ -229,7 +242,11 @@ def engine_kwargs(model_dir: str, mode: GraphMode, seed: int = SEED) -> dict:
         enable_chunked_prefill=True,
         gpu_memory_utilization=0.05,
         kv_cache_memory_bytes=1 << 30,
+        tensor_parallel_size=tp,
+        worker_cls=WORKER_CLS,
     )
+    if tp > 1:
+        kwargs["distributed_executor_backend"] = "mp"
     if mode is GraphMode.EAGER:
         kwargs["enforce_eager"] = True
     else:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .arms import Arm, Runner
+from .arms import MULTICAST_OFF_ENV, Arm, Runner
 
 REPO = Path(__file__).resolve().parents[2]
 # Where each Copy's vLLM lives: "stock=/tmp/site,reset=...,forward-context=...".
@@ -42,22 +42,24 @@ def environment(
     cache_root: Path,
     extra_env: dict[str, str] | None = None,
 ) -> dict[str, str]:
-    """A worker process's environment: this one's, then extra_env (settings
-    every arm shares), the runner's, the arm's own (which wins), and what
-    the worker must have."""
+    """A worker process's environment, which its engine's TP ranks inherit:
+    this one's, then extra_env (settings every arm shares), the runner's, the
+    arm's own (which wins), and what the worker must have: its GPUs (`gpu`,
+    one per rank, e.g. "0,1"), NVLink multicast off, an in-process engine core."""
     if arm.copy.value not in sites:
         raise ValueError(f"{SITES_ENV} names no vLLM for the {arm.copy.value!r} copy")
     env = dict(os.environ)
     env.update(extra_env or {})
     env.update(runner.env)
     env.update(arm.env)
+    env.update(MULTICAST_OFF_ENV)
     env.update(
         PYTHONPATH=os.pathsep.join([str(REPO), sites[arm.copy.value]]),
         CUDA_VISIBLE_DEVICES=gpu,
         VLLM_ENABLE_V1_MULTIPROCESSING="0",
-        # One compile cache per process: engines that start side by side
+        # One compile cache per engine: engines that start side by side
         # must not write the same entries at once.
-        VLLM_CACHE_ROOT=str(cache_root / f"{arm.name}-{runner.value}-gpu{gpu}"),
+        VLLM_CACHE_ROOT=str(cache_root / f"{arm.name}-{runner.value}-gpu{gpu.replace(',', '-')}"),
     )
     return env
 
@@ -82,6 +84,7 @@ class Worker:
         log_dir: Path,
         cache_root: Path,
         extra_env: dict[str, str] | None = None,
+        tp: int = 1,
     ) -> Worker:
         env = environment(arm, runner, sites, gpu, cache_root, extra_env)
         log_dir.mkdir(parents=True, exist_ok=True)
@@ -99,6 +102,8 @@ class Worker:
                     str(model_dir),
                     "--reply-fd",
                     str(write_end),
+                    "--tp",
+                    str(tp),
                 ],
                 stdin=subprocess.PIPE,
                 stdout=sink,

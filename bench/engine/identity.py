@@ -1,7 +1,8 @@
 """The identity check's run: every (arm, runner) engine through every graph mode.
 
 `run(settings)` starts one worker per (arm, runner) (session.py), each going
-through MODES, and returns every cell's record.  Stock leads every mode: its
+through MODES, and returns every cell's record (each TP rank's state in it:
+worker.py's identity).  Stock leads every mode: its
 V1 engine of a mode starts alone, then stock's V2 engine, then every other
 arm's (`_leaders`).  Used by tests/gpu/vllm/test_engine_identity.py, which
 asserts on the records.
@@ -159,9 +160,10 @@ def run(settings: Settings, spawn: Callable[..., dict] = spawn_all) -> dict[str,
     finally:
         close_all(workers)
     meta = {
-        "model": model.rank_config(),
+        "model": model.model_config(settings.tp),
         "model_source": model.SOURCE,
         "gpus": list(settings.gpus),
+        "tp": settings.tp,
     }
     save(**meta)
     return {"records": records, "engagement": engagement, **meta}

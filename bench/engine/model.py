@@ -1,10 +1,12 @@
-"""The engine runs' model: one tensor-parallel rank of Nemotron 3 Super, with random weights.
+"""The engine runs' model: Nemotron 3 Super's shapes, one TP4 rank's work per rank, random weights.
 
 The shapes are read from the public config of
 nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-BF16 (SUPER below: the fields the
 Mamba-2, attention and MLP layers use), the model the seed document measured
-(40 Mamba-2 layers, TP4).  One GPU runs what one of its four ranks runs: the
-head counts and the vocabulary are divided by TP, the rest is kept.  One
+(40 Mamba-2 layers, TP4).  `model_config(tp)` is the model vLLM splits over
+`tp` ranks so that every rank runs what one of SUPER's four ranks runs: the
+head counts, groups, vocabulary and MLP width are SUPER's / 4 x tp (SUPER's
+own at TP 4; at TP 1 one GPU runs one TP4 rank), the rest is kept.  One
 change is forced: the latent-MoE layers ("E") become dense relu2 MLPs
 ("-"), because the vLLM bundle on the GPU machine carries no MoE ops.  Their
 width, the shared expert's per rank (5376 / 4 = 1344), also reads about as
@@ -16,7 +18,7 @@ batch size 1 (22 routed experts + shared expert + latent projections,
 vLLM's dummy weights (uniform +-1e-3) make greedy decoding loop on two
 tokens, so `init_weights` redraws them after load from a fixed seed at
 working scale, on a generator of its own (the default CUDA generator, which
-the seeds come from, is left alone).
+the seeds come from, is left alone), seeded per rank.
 """
 
 from __future__ import annotations
@@ -48,14 +50,21 @@ SUPER: dict[str, Any] = {
     "mlp_hidden_act": "relu2",
     "layer_norm_epsilon": 1e-5,
 }
-TP = 4
+SUPER_TP = 4
+"""SUPER's tensor-parallel size in the seed document: model_config's per-rank shares are its."""
+TP_SIZES = (1, 2, 4, 8)
+"""The sizes model_config splits evenly (SUPER's 2 KV heads: split, or one replica per rank)."""
 WEIGHT_SEED = 1234
 
 
-def rank_config() -> dict[str, Any]:
-    """config.json of one of SUPER's TP ranks, MoE layers as dense MLPs."""
+def model_config(tp: int = 1) -> dict[str, Any]:
+    """config.json of the model served at tensor-parallel size `tp`: per rank,
+    one of SUPER's TP4 ranks (32 Mamba-2 heads, 2 groups, 8 attention heads,
+    1 KV head); MoE layers as dense MLPs."""
+    if tp not in TP_SIZES:
+        raise ValueError(f"the model splits over {TP_SIZES} ranks; got tensor-parallel size {tp}")
     pattern = SUPER["hybrid_override_pattern"].replace("E", "-")
-    n_groups = SUPER["n_groups"] // TP
+    n_groups = SUPER["n_groups"] // SUPER_TP * tp
     return {
         "architectures": ["NemotronHForCausalLM"],
         "model_type": "nemotron_h",
@@ -63,12 +72,13 @@ def rank_config() -> dict[str, Any]:
         "hybrid_override_pattern": pattern,
         "num_hidden_layers": len(pattern),
         "hidden_size": SUPER["hidden_size"],
-        "vocab_size": SUPER["vocab_size"] // TP,
-        "num_attention_heads": SUPER["num_attention_heads"] // TP,
-        # Fewer KV heads than ranks: vLLM gives each rank one replica.
-        "num_key_value_heads": max(1, SUPER["num_key_value_heads"] // TP),
+        "vocab_size": SUPER["vocab_size"] // SUPER_TP * tp,
+        "num_attention_heads": SUPER["num_attention_heads"] // SUPER_TP * tp,
+        # One KV head per rank: SUPER's 2 split at TP 2, replicated beyond
+        # (vLLM gives each rank one replica), as at TP4.
+        "num_key_value_heads": min(SUPER["num_key_value_heads"], tp),
         "head_dim": SUPER["head_dim"],
-        "mamba_num_heads": SUPER["mamba_num_heads"] // TP,
+        "mamba_num_heads": SUPER["mamba_num_heads"] // SUPER_TP * tp,
         "mamba_head_dim": SUPER["mamba_head_dim"],
         # Both spellings: the HF config.json's and vLLM's NemotronHConfig's.
         "n_groups": n_groups,
@@ -78,7 +88,7 @@ def rank_config() -> dict[str, Any]:
         "mamba_d_conv": SUPER["conv_kernel"],
         "chunk_size": SUPER["chunk_size"],
         "mamba_chunk_size": SUPER["chunk_size"],
-        "intermediate_size": SUPER["moe_shared_expert_intermediate_size"] // TP,
+        "intermediate_size": SUPER["moe_shared_expert_intermediate_size"] // SUPER_TP * tp,
         "mlp_hidden_act": SUPER["mlp_hidden_act"],
         "mamba_hidden_act": "silu",
         "layer_norm_epsilon": SUPER["layer_norm_epsilon"],
@@ -99,14 +109,14 @@ def rank_config() -> dict[str, Any]:
 
 
 def mamba2_layers(config: dict[str, Any] | None = None) -> int:
-    """How many SSU calls a decode forward makes: the Mamba-2 layers."""
-    return (config or rank_config())["hybrid_override_pattern"].count("M")
+    """How many SSU calls a decode forward makes on each rank: the Mamba-2 layers."""
+    return (config or model_config())["hybrid_override_pattern"].count("M")
 
 
-def write_model_dir(folder: Path) -> Path:
+def write_model_dir(folder: Path, tp: int = 1) -> Path:
     """A model directory vLLM can load with load_format="dummy": config.json only."""
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "config.json").write_text(json.dumps(rank_config(), indent=2) + "\n")
+    (folder / "config.json").write_text(json.dumps(model_config(tp), indent=2) + "\n")
     return folder
 
 

@@ -4,8 +4,8 @@
         --timing OUT/engine/timing.json [more...] --prefix bench/results/engine-<gpu>-<date>
 
 writes <prefix>.md, <prefix>.identity.json (each record reduced to what the
-comparison needs: fingerprints cut to 16 hex digits, tokens and logprobs as
-sha256) and <prefix>.timing.json.  Several identity files (runs of the same
+comparison needs: each TP rank's fingerprints cut to 16 hex digits, tokens and
+logprobs as sha256) and <prefix>.timing.json.  Several identity files (runs of the same
 code) are merged in order; a later record of a cell is kept beside the first,
 as another run.  Several timing files (one runner each, e.g. one device call per
 runner) are merged by runner.
@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import statistics
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -30,19 +31,40 @@ def _sha(value: Any) -> str:
     return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()
 
 
+STATE_KEYS = ("fingerprints", "layer_sums", "slot_sums", "rng_offsets", "state_sha256")
+"""What a record holds per TP rank (worker.py's identity)."""
+
+
+def rank_states(record: dict[str, Any]) -> list[dict[str, Any]]:
+    """A record's per-rank states, each with its "rank", in rank order; a
+    record of a run before TP (one state, at its top level) is rank 0's."""
+    if "ranks" in record:
+        return record["ranks"]
+    return [{"rank": 0, **{name: record[name] for name in STATE_KEYS if name in record}}]
+
+
+def _compact_state(state: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "rank": state["rank"],
+        "fingerprints": [f[:SHORT] for f in state["fingerprints"]],
+        "layer_sums": [[x[:SHORT] for x in step] for step in state.get("layer_sums", [])],
+        "slot_sums": [[x[:8] for x in step] for step in state.get("slot_sums", [])],
+        "rng_offsets": state.get("rng_offsets"),
+        "state_sha256": state["state_sha256"],
+    }
+
+
 def compact_record(record: dict[str, Any]) -> dict[str, Any]:
     if "error" in record:
         return {"error": record["error"]}
+    ranks = [_compact_state(state) for state in rank_states(record)]
     return {
         "steps": record["steps"],
         "decode_steps": record["decode_steps"],
         "start_s": round(record.get("start_s", 0.0), 1),
-        "fingerprints": [f[:SHORT] for f in record["fingerprints"]],
         "decoded": record.get("decoded"),
-        "layer_sums": [[x[:SHORT] for x in step] for step in record.get("layer_sums", [])],
-        "slot_sums": [[x[:8] for x in step] for step in record.get("slot_sums", [])],
-        "rng_offsets": record.get("rng_offsets"),
-        "state_sha256": record["state_sha256"],
+        "tp": len(ranks),
+        "ranks": ranks,
         "sanity": record.get("sanity"),
         "tokens_sha256": _sha(record["tokens"]),
         "logprobs_sha256": _sha(record["logprobs"]),
@@ -90,10 +112,8 @@ def slots_differing(a: dict[str, Any], b: dict[str, Any], step: int) -> list[int
     return [i for i, (u, v) in enumerate(zip(*kept, strict=False)) if u != v]
 
 
-def compare(stock: dict[str, Any], other: dict[str, Any]) -> str:
-    """'identical', or what differs first."""
-    if "error" in stock or "error" in other:
-        return "did not run"
+def state_difference(stock: dict[str, Any], other: dict[str, Any]) -> str | None:
+    """What differs first between two ranks' states (rank_states), or None."""
     step = first_difference(stock["fingerprints"], other["fingerprints"])
     if step is not None:
         layer = first_layer(stock, other, step)
@@ -102,7 +122,26 @@ def compare(stock: dict[str, Any], other: dict[str, Any]) -> str:
         if slots is not None:
             where.append(f"slots {','.join(map(str, slots))}")
         return f"state differs from step {step}" + (f" ({'; '.join(where)})" if where else "")
-    for name in ("state_sha256", "tokens_sha256", "logprobs_sha256"):
+    return "state differ" if stock["state_sha256"] != other["state_sha256"] else None
+
+
+def compare(stock: dict[str, Any], other: dict[str, Any]) -> str:
+    """'identical', or what differs first: on each TP rank whose state
+    differs ("rank 1: ..." where there are several), else tokens or logprobs."""
+    if "error" in stock or "error" in other:
+        return "did not run"
+    mine, theirs = rank_states(stock), rank_states(other)
+    ranks = [state["rank"] for state in mine]
+    if [state["rank"] for state in theirs] != ranks:
+        return f"ranks {[state['rank'] for state in theirs]} against stock's {ranks}"
+    differ = []
+    for a, b in zip(mine, theirs, strict=True):
+        verdict = state_difference(a, b)
+        if verdict is not None:
+            differ.append(verdict if len(mine) == 1 else f"rank {a['rank']}: {verdict}")
+    if differ:
+        return "; ".join(differ)
+    for name in ("tokens_sha256", "logprobs_sha256"):
         if stock[name] != other[name]:
             return f"{name.removesuffix('_sha256')} differ"
     return "identical"
@@ -211,6 +250,47 @@ def timing_markdown(
     return "\n".join(out) + "\n"
 
 
+def _median_us(values: list[float]) -> str:
+    return "-" if not values else f"{statistics.median(values) * 1e6:.1f}"
+
+
+def rank_markdown(timing: dict[str, Any]) -> str:
+    """Per runner whose engines ran over several TP ranks, per batch size and
+    arm: each rank's median replay µs (over the samples' per-rank medians) and
+    the spread between ranks (the median of the samples' replay_spread_s).
+    Empty at TP 1."""
+    out = []
+    for runner, result in timing["runners"].items():
+        rows, ranks = [], 0
+        for bs, per_arm in result.get("samples", {}).items():
+            for arm, samples in per_arm.items():
+                per_sample = [s["rank_replay_s"] for s in samples if s.get("rank_replay_s")]
+                if not per_sample or len(per_sample[0]) < 2:
+                    continue
+                ranks = len(per_sample[0])
+                medians = [
+                    _median_us([r[i] for r in per_sample if r[i] is not None]) for i in range(ranks)
+                ]
+                spread = [
+                    s["replay_spread_s"] for s in samples if s.get("replay_spread_s") is not None
+                ]
+                rows.append(
+                    f"| {bs} | {arm} | {len(per_sample)} | "
+                    + " | ".join(medians)
+                    + f" | {_median_us(spread)} |"
+                )
+        if rows:
+            out.append(f"\n**{runner}, replay per TP rank** (µs, medians over samples)\n")
+            out.append(
+                "| BS | arm | n | "
+                + " | ".join(f"rank {i}" for i in range(ranks))
+                + " | spread (slowest - fastest rank) |"
+            )
+            out.append("| --- | --- | --- |" + " --- |" * (ranks + 1))
+            out.extend(rows)
+    return "\n".join(out) + "\n" if out else ""
+
+
 KERNEL_NAME_CHARS = 70
 """Kernel names are C++ templates; the tables show their start."""
 
@@ -274,8 +354,11 @@ def from_partials(specs: Sequence[str]) -> dict[str, Any]:
 
 
 def merge_timing(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """One timing.json from runs of different runners: each runner's results,
-    and each run's plan, GPUs and failed engines, under "runs"."""
+    """One timing.json from runs of different runners at one TP size: each
+    runner's results, and each run's plan, GPUs and failed engines, under "runs"."""
+    sizes = sorted({run.get("tp", 1) for run in runs})
+    if len(sizes) > 1:
+        raise SystemExit(f"--timing: the files are of TP sizes {sizes}; give one TP size's")
     runners: dict[str, Any] = {}
     for run in runs:
         for runner, result in run["runners"].items():
@@ -288,6 +371,7 @@ def merge_timing(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
         return runs[0]
     return {
         "runners": runners,
+        "tp": sizes[0],
         "runs": [{k: v for k, v in run.items() if k != "runners"} for run in runs],
     }
 
@@ -344,7 +428,14 @@ def main(argv: list[str] | None = None) -> int:
         predicted = (
             predictions(json.loads(args.microbench.read_text())) if args.microbench else None
         )
-        parts.append("## Decode step time\n" + timing_markdown(timing, predicted))
+        tp = timing.get("tp", 1)
+        parts.append(
+            "## Decode step time\n"
+            + (f"\nTP {tp}: each step's figures are its slowest rank's.\n" if tp > 1 else "")
+            + timing_markdown(timing, predicted)
+        )
+        if ranks := rank_markdown(timing):
+            parts.append("## Replay per TP rank\n" + ranks)
         if any(result.get("profile") for result in timing["runners"].values()):
             parts.append("## GPU kernels per decode step\n" + profile_markdown(timing))
     args.prefix.with_suffix(".md").write_text("\n".join(parts))

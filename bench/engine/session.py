@@ -2,7 +2,11 @@
 the worker pool: one worker per (arm, runner), started side by side.
 
     SR_ENGINE_SITES  copy=path,...  the vLLM copies (see tests/gpu/vllm/engine.sh)
-    SR_ENGINE_GPUS   0 or 0,1       GPUs; with two, V1 engines use the first, V2 the second
+    SR_ENGINE_GPUS   0 or 0,1       GPUs, in groups of SR_ENGINE_TP; with two groups, V1
+                                    engines use the first, V2 the second
+    SR_ENGINE_TP     1, 2, 4 or 8   tensor-parallel size of every engine (default 1):
+                                    one process per rank, each rank one TP4 rank's work
+                                    (model.model_config)
     SR_ENGINE_RUNNERS v1,v2         the runners the timing measures (default both; one
                                     runner fits a device call of 10 minutes)
     SR_ENGINE_ARMS   stock,floor,... the arms the timing measures (default all of
@@ -45,6 +49,7 @@ ARMS_ENV = "SR_ENGINE_ARMS"
 PROFILE_ENV = "SR_ENGINE_PROFILE"
 IDENTITY_ARMS_ENV = "SR_ENGINE_IDENTITY_ARMS"
 MODES_ENV = "SR_ENGINE_MODES"
+TP_ENV = "SR_ENGINE_TP"
 
 
 @dataclass(frozen=True)
@@ -54,6 +59,14 @@ class Settings:
     out: Path
     runners: tuple[Runner, ...] = tuple(Runner)
     timing_arms: tuple[Arm, ...] = TIMING_ARMS
+    tp: int = 1
+
+    def __post_init__(self) -> None:
+        if len(self.gpus) < self.tp:
+            raise ValueError(
+                f"{TP_ENV}={self.tp} needs {self.tp} GPUs per engine; {GPUS_ENV} names "
+                f"{len(self.gpus)} ({','.join(self.gpus)!r}): name more, or lower {TP_ENV}"
+            )
 
     @classmethod
     def from_env(cls) -> Settings | None:
@@ -62,14 +75,18 @@ class Settings:
             return None
         gpus = tuple(g for g in os.environ.get(GPUS_ENV, "0").split(",") if g)
         out = Path(os.environ.get("OUT", "/tmp/out")) / "engine"
-        return cls(sites, gpus, out, runners_from_env(), timing_arms_from_env())
+        return cls(sites, gpus, out, runners_from_env(), timing_arms_from_env(), tp_from_env())
 
     def gpu(self, runner: Runner) -> str:
-        return self.gpus[list(Runner).index(runner) % len(self.gpus)]
+        """A runner's engines' GPUs (CUDA_VISIBLE_DEVICES): the GPUs in groups
+        of tp, in order, V1 on the first group, V2 on the next (or the same)."""
+        groups = len(self.gpus) // self.tp
+        first = list(Runner).index(runner) % groups * self.tp
+        return ",".join(self.gpus[first : first + self.tp])
 
     def write_model(self) -> Path:
         """Writes the model directory the workers load (config.json); returns it."""
-        return model.write_model_dir(Path("/tmp/sr-engine-model"))
+        return model.write_model_dir(Path("/tmp/sr-engine-model"), self.tp)
 
 
 def runners_from_env() -> tuple[Runner, ...]:
@@ -125,6 +142,17 @@ def modes_from_env(modes: tuple[GraphMode, ...]) -> tuple[GraphMode, ...]:
     return tuple(mode for mode in modes if mode.value in names)
 
 
+def tp_from_env() -> int:
+    """The tensor-parallel size SR_ENGINE_TP names, 1 when unset."""
+    value = os.environ.get(TP_ENV, "").strip()
+    if not value:
+        return 1
+    if not value.isdigit() or int(value) not in model.TP_SIZES:
+        sizes = ", ".join(map(str, model.TP_SIZES))
+        raise ValueError(f"{TP_ENV} takes a tensor-parallel size among {sizes}; got {value!r}")
+    return int(value)
+
+
 def profile_batch_sizes_from_env() -> tuple[int, ...]:
     """The batch sizes SR_ENGINE_PROFILE names ("1,8"), none when unset."""
     value = os.environ.get(PROFILE_ENV, "").strip()
@@ -166,6 +194,7 @@ def spawn_all(
                 sites=settings.sites,
                 model_dir=model_dir,
                 gpu=settings.gpu(runner),
+                tp=settings.tp,
                 log_dir=settings.out / tag / "logs",
                 # Per (arm, runner, GPU), shared by the identity and timing
                 # runs: the timing's engines load what identity's compiled.

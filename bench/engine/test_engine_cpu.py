@@ -18,7 +18,7 @@ from .client import Worker, WorkerError, sites_from_env
 
 
 def test_rank_config_is_one_tp4_rank_of_the_public_model() -> None:
-    config = model.rank_config()
+    config = model.model_config()
     pattern = config["hybrid_override_pattern"]
     assert len(model.SUPER["hybrid_override_pattern"]) == 88
     assert pattern == model.SUPER["hybrid_override_pattern"].replace("E", "-")
@@ -33,7 +33,7 @@ def test_rank_config_is_one_tp4_rank_of_the_public_model() -> None:
 
 def test_model_dir_holds_the_config(tmp_path: Path) -> None:
     folder = model.write_model_dir(tmp_path / "m")
-    assert json.loads((folder / "config.json").read_text()) == model.rank_config()
+    assert json.loads((folder / "config.json").read_text()) == model.model_config()
 
 
 class _Mixer(torch.nn.Module):
@@ -337,8 +337,8 @@ def test_replay_spans_sum_each_steps_replays() -> None:
 
     spans = worker.ReplaySpans()
     spans.pairs.extend((Pair(ms), None) for ms in (1.0, 2.0, 4.0))
-    # Step 0 replays once, step 1 not at all (left out), step 2 twice.
-    assert spans.per_step([1, 1, 3]) == [1e-3, 6e-3]
+    # Step 0 replays once, step 1 not at all (None), step 2 twice.
+    assert spans.per_step([1, 1, 3]) == [1e-3, None, 6e-3]
 
 
 def test_replay_spans_start_behind_a_spin(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -794,12 +794,13 @@ def test_the_fork_script_checks_every_file_the_patch_changes() -> None:
     import re
 
     from vllm_patch import releases
-    from vllm_patch.targets import paths
+    from vllm_patch.targets import paths, setup_py
 
     script = Path(__file__).resolve().parents[2] / "tests" / "gpu" / "vllm" / "patched_installed.sh"
     listed = re.search(r"^files=\(([^)]*)\)", script.read_text(), re.MULTILINE)
     assert listed is not None
-    assert set(listed.group(1).split()) == set(paths(releases.get("0.26.0")))
+    installed = set(paths(releases.get("0.26.0"))) - {setup_py.PATH}  # a wheel has none
+    assert set(listed.group(1).split()) == installed
 
 
 LATEST_RUN = "bench/results/engine-nvidia-h200x2-20261130e"
@@ -856,3 +857,503 @@ def test_the_latest_engine_run_reads_as_the_readmes_say() -> None:
     }
     expected |= {"test_engagement_line[v1]", "test_engagement_line[v2]"}
     assert verdicts == dict.fromkeys(expected, "PASSED"), done.stdout[-3000:]
+
+
+# Tensor parallelism: the harness's per-rank plumbing, with fakes for vLLM.
+
+
+def test_model_config_gives_every_rank_one_tp4_ranks_work() -> None:
+    super_ = model.SUPER
+    for tp in model.TP_SIZES:
+        config = model.model_config(tp)
+        assert config["hybrid_override_pattern"] == model.model_config()["hybrid_override_pattern"]
+        per_rank = {
+            name: config[name] // tp
+            for name in ("mamba_num_heads", "n_groups", "num_attention_heads", "vocab_size")
+        }
+        assert per_rank == {
+            "mamba_num_heads": 32,
+            "n_groups": 2,
+            "num_attention_heads": 8,
+            "vocab_size": 32768,
+        }
+        assert config["intermediate_size"] // tp == 1344 and config["mamba_n_groups"] == 2 * tp
+        kv = config["num_key_value_heads"]
+        assert (kv // tp if tp <= kv else tp % kv) == (1 if tp <= kv else 0)  # one head per rank
+        assert (config["mamba_head_dim"], config["ssm_state_size"]) == (64, 128)
+    full = model.model_config(4)
+    assert (full["mamba_num_heads"], full["n_groups"]) == (super_["mamba_num_heads"], 8)
+    assert (full["num_attention_heads"], full["num_key_value_heads"]) == (32, 2)
+    assert (full["vocab_size"], full["intermediate_size"]) == (131072, 5376)
+    with pytest.raises(ValueError, match=r"splits over \(1, 2, 4, 8\) ranks; got .* size 3"):
+        model.model_config(3)
+
+
+@pytest.mark.parametrize(("value", "tp"), [(None, 1), ("", 1), ("1", 1), ("2", 2), (" 4 ", 4)])
+def test_tp_from_env(value: str | None, tp: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    if value is None:
+        monkeypatch.delenv(session.TP_ENV, raising=False)
+    else:
+        monkeypatch.setenv(session.TP_ENV, value)
+    assert session.tp_from_env() == tp
+
+
+@pytest.mark.parametrize("bad", ["0", "3", "16", "two", "-2", "2.0", "2,4"])
+def test_a_bad_tp_is_refused(bad: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(session.TP_ENV, bad)
+    with pytest.raises(ValueError, match=r"SR_ENGINE_TP takes a tensor-parallel size among 1, 2"):
+        session.tp_from_env()
+
+
+def test_each_runner_gets_a_group_of_tp_gpus(tmp_path: Path, monkeypatch) -> None:
+    def gpus(names: tuple[str, ...], tp: int) -> list[str]:
+        settings = session.Settings({}, names, tmp_path, tp=tp)
+        return [settings.gpu(runner) for runner in Runner]
+
+    assert gpus(("0", "1"), 1) == ["0", "1"]  # as before TP
+    assert gpus(("0",), 1) == ["0", "0"]
+    assert gpus(("0", "1"), 2) == ["0,1", "0,1"]
+    assert gpus(("0", "1", "2", "3"), 2) == ["0,1", "2,3"]
+    assert gpus(("0", "1", "2"), 2) == ["0,1", "0,1"]
+    assert gpus(("0", "1", "2", "3"), 4) == ["0,1,2,3"] * 2
+    with pytest.raises(ValueError, match="SR_ENGINE_TP=2 needs 2 GPUs per engine; SR_ENGINE_GPUS"):
+        session.Settings({}, ("0",), tmp_path, tp=2)
+    monkeypatch.setenv("SR_ENGINE_SITES", "stock=/s")
+    monkeypatch.setenv(session.GPUS_ENV, "0,1")
+    monkeypatch.setenv(session.TP_ENV, "2")
+    settings = session.Settings.from_env()
+    assert settings is not None and settings.tp == 2
+    # Every engine is spawned with the TP size.
+    spawned: list[dict] = []
+    monkeypatch.setattr(session.Worker, "spawn", lambda arm, runner, **kw: spawned.append(kw))
+    monkeypatch.setattr(session.Settings, "write_model", lambda self: tmp_path / "m")
+    session.spawn_all([(STOCK, Runner.V1), (STOCK, Runner.V2)], settings, "t")
+    assert [(kw["tp"], kw["gpu"]) for kw in spawned] == [(2, "0,1"), (2, "0,1")]
+
+
+def test_engine_kwargs_at_tp() -> None:
+    single = arms.engine_kwargs("/m", GraphMode.EAGER)
+    assert single["tensor_parallel_size"] == 1 and "distributed_executor_backend" not in single
+    two = arms.engine_kwargs("/m", GraphMode.FULL_AND_PIECEWISE, tp=2)
+    assert two["tensor_parallel_size"] == 2 and two["distributed_executor_backend"] == "mp"
+    assert single["worker_cls"] == two["worker_cls"] == arms.WORKER_CLS
+    module, name = arms.WORKER_CLS.rsplit(".", 1)
+    source = Path(__file__).resolve().parents[2] / (module.replace(".", "/") + ".py")
+    assert f"class {name}(Worker):" in source.read_text()
+
+
+def test_every_engine_has_multicast_off_and_its_ranks_gpus(monkeypatch) -> None:
+    monkeypatch.setenv("NCCL_NVLS_ENABLE", "1")  # the caller's, which must not reach a rank
+    common = dict(sites={"reset": "/r"}, cache_root=Path("/c"))
+    arm = BY_NAME["reset-kernel"]
+    two = client.environment(arm, Runner.V1, gpu="0,1", extra_env=arms.IDENTITY_ENV, **common)
+    one = client.environment(arm, Runner.V1, gpu="1", **common)
+    for env in (one, two):
+        assert {k: env[k] for k in arms.MULTICAST_OFF_ENV} == {
+            "NCCL_NVLS_ENABLE": "0",
+            "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+            "NVSHMEM_DISABLE_NVLS": "1",
+        }
+        assert env.items() >= arm.env.items() and env["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"
+    assert two["CUDA_VISIBLE_DEVICES"] == "0,1" and two["SR_ENGINE_TORCH_DETERMINISTIC"] == "1"
+    assert two["VLLM_CACHE_ROOT"] == str(Path("/c/reset-kernel-v1-gpu0-1"))
+    assert one["VLLM_CACHE_ROOT"] == str(Path("/c/reset-kernel-v1-gpu1"))  # as before TP
+
+
+def test_replies_are_put_in_rank_order() -> None:
+    assert worker.by_rank([(1, "b"), (0, "a")], 2) == ["a", "b"]
+    assert worker.by_rank([(0, "a")], 1) == ["a"]
+    for replies in ([(0, "a")], [(0, "a"), (0, "b")], [(1, "a"), (2, "b")]):
+        with pytest.raises(worker.RankError, match=r"one reply from each of ranks 0\.\.1"):
+            worker.by_rank(replies, 2)
+
+
+def test_rank_calls_reach_each_ranks_worker_and_model() -> None:
+    from types import SimpleNamespace as NS
+
+    rank1 = NS(rank=1, get_model=lambda: "model of rank 1")
+    assert worker._on_rank(rank1, worker._on_model, lambda net: net.upper()) == (
+        1,
+        "MODEL OF RANK 1",
+    )
+    assert worker._on_rank(rank1, lambda w, x: (w.rank, x), 7) == (1, (1, 7))
+
+
+def test_merged_spans_take_the_slowest_rank_of_each_forward() -> None:
+    ranks = [
+        {"forward_s": [1.0, 2.0, 3.0], "replay_s": [1.0, None, 3.0], "replays": 2},
+        {"forward_s": [2.0, 1.0, 3.0], "replay_s": [1.5, None, 2.0], "replays": 2},
+    ]
+    merged = worker.merge_spans(ranks)
+    assert merged == {
+        "forward_s": 2.0,  # median of 2, 2, 3
+        "forwards": 3,
+        "replay_s": 2.25,  # median of 1.5, 3.0: forward 1 replayed nothing
+        "replay_spread_s": 0.75,  # median of 0.5, 1.0
+        "rank_replay_s": [2.0, 1.75],
+    }
+    with pytest.raises(worker.RankError, match=r"different numbers of forwards: \[3, 2\]"):
+        worker.merge_spans([ranks[0], {"forward_s": [1.0, 2.0], "replay_s": [None, None]}])
+
+
+def test_merged_spans_of_one_rank_are_its_own() -> None:
+    """TP 1 as before: the median forward, and the median replay of the forwards that replayed."""
+    one = {"forward_s": [3e-3, 1e-3, 2e-3, 5e-3], "replay_s": [1e-3, None, 4e-3, 2e-3]}
+    merged = worker.merge_spans([one])
+    assert merged["forward_s"] == 2.5e-3 and merged["forwards"] == 4
+    assert merged["replay_s"] == 2e-3 and merged["replay_spread_s"] == 0.0
+    assert merged["rank_replay_s"] == [2e-3]
+
+
+def test_rank_spans_split_replays_by_forward(monkeypatch: pytest.MonkeyPatch) -> None:
+    from types import SimpleNamespace as NS
+
+    clock = [0.0]
+
+    class Event:
+        def __init__(self, enable_timing: bool = False) -> None:
+            self.at = 0.0
+
+        def record(self) -> None:
+            clock[0] += 1.0
+            self.at = clock[0]
+
+        def elapsed_time(self, end: Event) -> float:
+            return end.at - self.at
+
+    monkeypatch.setattr(torch.cuda, "Event", Event)
+    replays = worker.ReplaySpans()
+
+    def execute_model(graphs: int) -> str:
+        for _ in range(graphs):  # as the wrapped CUDAGraph.replay records
+            start, end = Event(), Event()
+            start.record()
+            end.record()
+            replays.pairs.append((start, end))
+        return "output"
+
+    runner = NS(execute_model=execute_model)
+    spans = worker.RankSpans(replays)
+    spans.install(NS(model_runner=runner))
+    assert [runner.execute_model(n) for n in (1, 0, 2)] == ["output"] * 3
+    taken = spans.take()
+    assert taken["replays"] == 3 and len(taken["forward_s"]) == 3
+    assert taken["replay_s"] == [1e-3, None, 2e-3]
+    assert spans.take() == {"forward_s": [], "replay_s": [], "replays": 0}
+
+
+class _RankedEngine:
+    """An LLMEngine over `tp` fake ranks: collective_rpc runs the function on
+    each rank's worker (in reverse rank order), requests get one token a step."""
+
+    def __init__(self, tp: int) -> None:
+        from types import SimpleNamespace as NS
+
+        self.workers = [NS(rank=r, get_model=lambda r=r: f"net{r}") for r in range(tp)]
+        self.steps = 0
+        self.running: dict[str, list[int]] = {}
+
+    def collective_rpc(self, method, args=()):
+        return [method(w, *args) for w in reversed(self.workers)]
+
+    def add_request(self, rid: str, prompt: dict, params: object) -> None:
+        self.running[rid] = []
+
+    def has_unfinished_requests(self) -> bool:
+        return bool(self.running)
+
+    def step(self) -> list:
+        from types import SimpleNamespace as NS
+
+        self.steps += 1
+        outs = []
+        for rid, tokens in list(self.running.items()):
+            tokens.append(self.steps % 7 + 3)
+            logprobs = [{t: NS(logprob=-1.0)} for t in tokens]
+            outs.append(NS(request_id=rid, outputs=[NS(token_ids=list(tokens), logprobs=logprobs)]))
+            if len(tokens) == 3:
+                del self.running[rid]
+        return outs
+
+
+def test_identity_record_holds_every_ranks_state(monkeypatch: pytest.MonkeyPatch) -> None:
+    import hashlib
+
+    fake = _RankedEngine(tp=2)
+
+    def digest(*parts: object) -> str:
+        return hashlib.sha256(repr(parts).encode()).hexdigest()
+
+    monkeypatch.setattr(worker, "zero_states", lambda net: 40)
+    monkeypatch.setattr(worker, "layer_sums", lambda net: [digest(net, fake.steps)[:32]] * 2)
+    monkeypatch.setattr(worker, "slot_sums", lambda net: [digest(net, "slot")[:16]])
+    monkeypatch.setattr(worker, "rng_offset", lambda net: 4 * fake.steps + int(net[-1]))
+    monkeypatch.setattr(worker, "state_sha256", lambda net: digest(net))
+    monkeypatch.setattr(worker.Engine, "_params", lambda self, max_tokens, logprobs: None)
+    engine = worker.Engine(STOCK, "/m", tp=2)
+    engine.llm = type("LLM", (), {"llm_engine": fake})()
+    got = engine.identity()
+    assert got["tp"] == 2 and [state["rank"] for state in got["ranks"]] == [0, 1]
+    for rank, state in enumerate(got["ranks"]):
+        assert len(state["fingerprints"]) == got["steps"] == fake.steps
+        first = worker.state_fingerprint([digest(f"net{rank}", 1)[:32]] * 2)
+        assert state["fingerprints"][0] == first
+        assert len(state["layer_sums"]) == len(state["slot_sums"]) == worker.LAYER_STEPS
+        assert state["rng_offsets"] == [4 * step + rank for step in range(worker.LAYER_STEPS + 1)]
+        assert state["state_sha256"] == digest(f"net{rank}")
+    assert got["ranks"][0]["fingerprints"] != got["ranks"][1]["fingerprints"]
+    assert set(got["tokens"]) == {f"r{i}" for i in range(len(worker.PROMPT_LENGTHS))}
+    # The report's compact form keeps each rank's state, with its rank.
+    compact = report.compact_record(got)
+    assert compact["tp"] == 2 and [s["rank"] for s in compact["ranks"]] == [0, 1]
+    assert report.compare(compact, report.compact_record(got)) == "identical"
+    other = json.loads(json.dumps(got))
+    other["ranks"][1]["fingerprints"][5] = "f" * 64
+    assert report.compare(got, other) == "rank 1: state differs from step 5"
+    other["ranks"][0]["state_sha256"] = "0" * 64
+    assert report.compare(got, other) == "rank 0: state differ; rank 1: state differs from step 5"
+    assert report.compare(got, {**got, "ranks": got["ranks"][:1]}).startswith("ranks [0] against")
+
+
+def test_a_record_of_a_run_before_tp_is_rank_0s() -> None:
+    flat = _record(["a" * 64, "b" * 64], [1, 2])
+    (state,) = report.rank_states(flat)
+    assert state["rank"] == 0 and state["fingerprints"] == flat["fingerprints"]
+    compact = report.compact_record(flat)
+    assert compact["tp"] == 1 and compact["ranks"][0]["fingerprints"] == ["a" * 16, "b" * 16]
+    # Judged as before TP: the verdicts name no rank.
+    again = report.compact_record(_record(["a" * 64, "b" * 64], [1, 2]))
+    assert report.compare(compact, again) == "identical"
+    late = report.compact_record(_record(["a" * 64, "c" * 64], [1, 2]))
+    assert report.compare(compact, late) == "state differs from step 1"
+
+
+def _tp2_records(differ: dict[str, dict[int, int]]) -> dict:
+    """Records of every identity cell over 2 ranks: arm -> {rank: first step
+    that differs from stock} (generator-seed's tokens differ too)."""
+    from .identity import MODES, key
+
+    steps = 70
+    records = {}
+    for arm in IDENTITY_ARMS:
+        for runner in Runner:
+            for mode in MODES:
+                ranks = []
+                for rank in range(2):
+                    part = differ.get(arm.name, {}).get(rank, steps)
+                    prints = [
+                        (f"{rank}{i}" if i < part else f"{arm.name}{rank}{i}").ljust(64, "0")
+                        for i in range(steps)
+                    ]
+                    ranks.append({"rank": rank, "fingerprints": prints, "state_sha256": prints[-1]})
+                tokens = [2, 3] if arm.name == "control-generator-seed" else [1, 2]
+                records[key(arm.name, runner, mode)] = {
+                    "steps": steps,
+                    "decode_steps": steps - 2,
+                    "decoded": [False, False] + [True] * (steps - 2),
+                    "tp": 2,
+                    "ranks": ranks,
+                    "sanity": {"finite_logprobs": True, "fewest_distinct_tokens": 2},
+                    "tokens": {"r0": tokens},
+                    "logprobs": {"r0": [[t, "-0x1p+0"] for t in tokens]},
+                }
+    return {"records": records, "engagement": {}}
+
+
+def test_identity_is_judged_on_every_rank(tmp_path: Path) -> None:
+    """tests/gpu/vllm/test_engine_identity.py on records of two ranks: an arm
+    that differs from stock on rank 1 alone fails, and so does a control that
+    differs on rank 0 alone; a control that differs on both passes."""
+    path = tmp_path / "identity.json"
+    differ = {
+        "reset-randint": {1: 30},
+        "control-one-seed": {0: 2},
+        "control-generator-seed": {0: 0, 1: 0},
+    }
+    path.write_text(json.dumps(_tp2_records(differ)))
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-rA",
+            "-p",
+            "no:cacheprovider",
+            "-k",
+            "v1-eager and (identical_to_stock or negative_control or reproducible)",
+            "tests/gpu/vllm/test_engine_identity.py",
+        ],
+        cwd=root,
+        env={**os.environ, "SR_ENGINE_RECORDS": str(path)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    verdicts = {
+        line.split()[1].split("::")[1]: line.split()[0]
+        for line in done.stdout.splitlines()
+        if line.startswith(("PASSED ", "FAILED "))
+    }
+    failed = {name for name, verdict in verdicts.items() if verdict == "FAILED"}
+    assert failed == {
+        "test_identical_to_stock[reset-randint-v1-eager]",
+        "test_negative_control_differs[control-one-seed-v1-eager]",
+    }, done.stdout[-3000:]
+    assert verdicts["test_identical_to_stock[reset-kernel-v1-eager]"] == "PASSED"
+    assert verdicts["test_negative_control_differs[control-generator-seed-v1-eager]"] == "PASSED"
+    assert verdicts["test_stock_is_reproducible[v1-eager]"] == "PASSED"
+    assert "rank 0: the state does not differ" not in done.stdout  # rank 1's is the one
+    assert "rank 1: the state does not differ" in done.stdout
+    assert "{1: 30}" in done.stdout
+
+
+def test_timing_report_shows_each_rank_and_the_spread(tmp_path: Path) -> None:
+    def sample(r0: float, r1: float) -> dict:
+        return {
+            "step_s": 3e-3,
+            "replay_s": max(r0, r1),
+            "rank_replay_s": [r0, r1],
+            "replay_spread_s": abs(r0 - r1),
+        }
+
+    samples = {1: {"stock": [sample(1e-3, 1.1e-3)] * 12, "floor": [sample(9e-4, 9.4e-4)] * 12}}
+    data = {"runners": {"v1": timing.runner_result(samples, "v1")}, "tp": 2}
+    assert data["runners"]["v1"]["summary"]["replay"]["1"]["floor"]["saved_us"] == 160.0
+    text = report.rank_markdown(data)
+    assert "**v1, replay per TP rank**" in text
+    assert "| BS | arm | n | rank 0 | rank 1 | spread (slowest - fastest rank) |" in text
+    assert "| 1 | stock | 12 | 1000.0 | 1100.0 | 100.0 |" in text
+    assert "| 1 | floor | 12 | 900.0 | 940.0 | 40.0 |" in text
+    # One rank: no such table.
+    one = {1: {"stock": [{"step_s": 3e-3, "replay_s": 1e-3, "rank_replay_s": [1e-3]}] * 12}}
+    assert report.rank_markdown({"runners": {"v1": timing.runner_result(one, "v1")}}) == ""
+    with pytest.raises(SystemExit, match=r"TP sizes \[1, 2\]"):
+        report.merge_timing([{"runners": {"v1": {}}}, {"runners": {"v2": {}}, "tp": 2}])
+    timed = tmp_path / "timing.json"
+    timed.write_text(json.dumps(data))
+    report.main(["--timing", str(timed), "--prefix", str(tmp_path / "out")])
+    text = (tmp_path / "out.md").read_text()
+    assert "TP 2: each step's figures are its slowest rank's." in text
+    assert "## Replay per TP rank" in text
+
+
+def test_timing_run_records_its_tp(tmp_path: Path) -> None:
+    settings = session.Settings({}, ("0", "1"), tmp_path, (Runner.V1,), tp=2)
+    data, _ = timing.run(settings, timing.Plan(rounds=2, batch_sizes=(1,)), spawn=quick_spawn([]))
+    assert data["tp"] == 2 and json.loads((tmp_path / "timing.json").read_text())["tp"] == 2
+
+
+FAKE_VLLM = {
+    "vllm/__init__.py": '''
+import json, multiprocessing, os
+from importlib import import_module
+
+KEYS = json.loads(os.environ["FAKE_KEYS"])
+
+
+def _rank(worker_cls, rank, out):
+    module, name = worker_cls.rsplit(".", 1)
+    getattr(import_module(module), name)(rank=rank)
+    from vllm.model_executor.layers.mamba.ops import ssu_dispatch
+    seen = {
+        "env": {key: os.environ.get(key) for key in KEYS},
+        "ssu_torch": type(ssu_dispatch.torch).__name__,
+        "prefetcher": getattr(ssu_dispatch.SRSeedPrefetcher, "keywords", None),
+    }
+    with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
+        json.dump(seen, f)
+
+
+class _Engine:
+    def __init__(self, tp):
+        self.tp = tp
+
+    def collective_rpc(self, method, args=()):
+        return [(rank, 0) for rank in range(self.tp)]
+
+
+class LLM:
+    """Starts a process per rank, as vLLM's multiprocessing executor does
+    (spawned: a rank has only what its environment says)."""
+
+    def __init__(self, **kwargs):
+        out = os.environ["FAKE_OUT"]
+        with open(os.path.join(out, "kwargs.json"), "w") as f:
+            json.dump(kwargs, f)
+        tp = kwargs["tensor_parallel_size"]
+        context = multiprocessing.get_context("spawn")
+        ranks = [
+            context.Process(target=_rank, args=(kwargs["worker_cls"], rank, out))
+            for rank in range(tp)
+        ]
+        for process in ranks:
+            process.start()
+        for process in ranks:
+            process.join()
+            assert process.exitcode == 0, process.exitcode
+        self.llm_engine = _Engine(tp)
+''',
+    "vllm/v1/worker/gpu_worker.py": """
+class Worker:
+    def __init__(self, rank):
+        self.rank = rank
+""",
+    "vllm/model_executor/layers/mamba/ops/ssu_dispatch.py": (
+        "torch = None\nSRSeedPrefetcher = None\n"
+    ),
+    "vllm/distributed/parallel_state.py": "def cleanup_dist_env_and_memory():\n    pass\n",
+}
+
+
+@pytest.mark.parametrize("arm", ["control-one-seed", "reset-kernel-single"])
+def test_each_rank_process_gets_the_arms_environment(arm: str, tmp_path: Path) -> None:
+    """A real worker process starts an engine at TP 2 whose ranks are spawned
+    processes (a fake vLLM): each rank has NVLink multicast off, the arm's own
+    variables and its GPUs, and is set up for the arm (the control's seed path,
+    the variant's drawer and plan) before its model would load."""
+    site = tmp_path / "site"
+    for name, text in FAKE_VLLM.items():
+        (site / name).parent.mkdir(parents=True, exist_ok=True)
+        (site / name).write_text(text)
+    chosen = BY_NAME[arm]
+    keys = [*arms.MULTICAST_OFF_ENV, *chosen.env, "SR_ENGINE_ARM", "CUDA_VISIBLE_DEVICES"]
+    keys.append("PYTHONHASHSEED")
+    spawned = Worker.spawn(
+        chosen,
+        Runner.V1,
+        sites={chosen.copy.value: str(site)},
+        model_dir=tmp_path / "m",
+        gpu="0,1",
+        log_dir=tmp_path / "logs",
+        cache_root=tmp_path / "cache",
+        extra_env={
+            **arms.DETERMINISTIC_ENV,
+            "FAKE_OUT": str(tmp_path),
+            "FAKE_KEYS": json.dumps(keys),
+            "NCCL_NVLS_ENABLE": "1",
+        },
+        tp=2,
+    )
+    try:
+        assert spawned.call("start", mode="eager", timeout=240)["parameters"] == 0
+    finally:
+        spawned.close()
+    kwargs = json.loads((tmp_path / "kwargs.json").read_text())
+    assert kwargs["tensor_parallel_size"] == 2 and kwargs["distributed_executor_backend"] == "mp"
+    assert kwargs["worker_cls"] == arms.WORKER_CLS
+    expected_env = {
+        **arms.MULTICAST_OFF_ENV,
+        **chosen.env,
+        "SR_ENGINE_ARM": arm,
+        "CUDA_VISIBLE_DEVICES": "0,1",
+        "PYTHONHASHSEED": "0",
+    }
+    for rank in (0, 1):
+        seen = json.loads((tmp_path / f"rank{rank}.json").read_text())
+        assert seen["env"] == expected_env, rank
+        perturbed = "_OneSeedPerturbed" if arm == "control-one-seed" else "NoneType"
+        assert seen["ssu_torch"] == perturbed, rank
+        variant = {"drawer": chosen.drawer, "sync_plan": chosen.sync_plan}
+        assert seen["prefetcher"] == (variant if chosen.drawer else None), rank

@@ -17,6 +17,11 @@ decodes):
   times.  Runs up to f had no spin, so on an idle GPU their spans also held
   the host's time to enqueue the replay, longer for graphs that draw than
   for the floor's.
+Under TP every rank times its own forwards and replays; a step's figure is
+its slowest rank's (worker.py's merge_spans: the ranks wait for each other in
+every all-reduce), and a sample also keeps each rank's median replay
+(rank_replay_s) and the spread between ranks (replay_spread_s), tabulated by
+report.py.
 On 2026-11-30 (H200 x2) step_s had IQRs of 190-1250 µs at 3.1-4.1 ms per
 step with both runners measured at once; measured one after the other,
 forward_s still had IQRs of 550-1150 µs at 2.3-3.1 ms (a host-bound step:
@@ -257,6 +262,7 @@ def run(
         "failed": failed,
         "plan": vars(plan),
         "gpus": list(settings.gpus),
+        "tp": settings.tp,
         "mode": GraphMode.FULL_AND_PIECEWISE.value,
     }
     write_json(settings.out / "timing.json", data)

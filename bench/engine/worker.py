@@ -1,20 +1,25 @@
 """One vLLM engine in this process, driven by commands on stdin (client.py).
 
-    python -m bench.engine.worker --arm NAME --model-dir DIR --reply-fd FD
+    python -m bench.engine.worker --arm NAME --model-dir DIR --reply-fd FD [--tp N]
 
 The process must already have its arm's environment (the vLLM copy on
-PYTHONPATH, VLLM_USE_V2_MODEL_RUNNER, VLLM_MAMBA_SR_SEED_*, the GPU in
+PYTHONPATH, VLLM_USE_V2_MODEL_RUNNER, VLLM_MAMBA_SR_SEED_*, the GPUs in
 CUDA_VISIBLE_DEVICES, VLLM_ENABLE_V1_MULTIPROCESSING=0 for an in-process
-engine core): client.py sets it.  Each command is one JSON line; each reply
-is one JSON line on FD (vLLM logs to stdout, so replies do not go there):
+engine core): client.py sets it.  At TP N > 1 each rank is a process of
+vLLM's multiprocessing executor, started with this one's environment; so
+whatever the harness reads or times on the GPU runs on every rank through
+vLLM's collective_rpc (at TP 1, on the one in-process worker: the same
+path), each reply tagged with its rank (`by_rank`).  Each command is one
+JSON line; each reply is one JSON line on FD (vLLM logs to stdout, so
+replies do not go there):
 {"ok": true, ...} or {"ok": false, "error": ...}.
 
     {"op": "start", "mode": "FULL_AND_PIECEWISE"}   build the engine (drops the last)
     {"op": "identity"}                              the identity workload's record
     {"op": "decode", "bs": 4, "steps": 48, "warm": 4}   seconds per decode step (wall),
-                                                    and the median forward (GPU)
-    {"op": "profile", "bs": 1, "steps": 24, "warm": 4}  the GPU kernels of those decode
-                                                    steps (torch.profiler), per step
+                                                    and every rank's GPU spans, merged
+    {"op": "profile", "bs": 1, "steps": 24, "warm": 4}  rank 0's GPU kernels of those
+                                                    decode steps (torch.profiler), per step
     {"op": "quit"}
 """
 
@@ -32,7 +37,7 @@ import statistics
 import sys
 import time
 import traceback
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from . import arms, model
@@ -52,6 +57,9 @@ LAYER_STEPS = 3
 # largest integer in integers), "nofill" without (arms.IDENTITY_ENV).
 LLM_KWARGS_ENV = "SR_ENGINE_LLM_KWARGS"
 TORCH_DETERMINISTIC_ENV = "SR_ENGINE_TORCH_DETERMINISTIC"
+# The arm's name, set by main before the engine starts, so every rank's
+# process has it (prepare_rank).
+ARM_ENV = "SR_ENGINE_ARM"
 TIMING_PROMPT_LENGTH = 32
 
 
@@ -128,6 +136,61 @@ def _use_variant(drawer: str, sync_plan: str | None) -> None:
     ssu_dispatch.SRSeedPrefetcher = functools.partial(  # type: ignore[misc]
         runner_hooks.SRSeedPrefetcher, drawer=drawer, sync_plan=sync_plan
     )
+
+
+_PREPARED = False
+
+
+def prepare_rank() -> None:
+    """Sets this process up for the arm $SR_ENGINE_ARM names, once: torch's
+    deterministic algorithms where $SR_ENGINE_TORCH_DETERMINISTIC asks, the
+    controls' and the floor's seed path, the arm's sync plan.  Run by main
+    before the engine starts, and by every rank's vLLM worker
+    (rank_worker.RankWorker) before its model loads: under TP a rank is a
+    process of its own (forked, it has all this already)."""
+    global _PREPARED
+    if _PREPARED:
+        return
+    deterministic = os.environ.get(TORCH_DETERMINISTIC_ENV)
+    if deterministic in ("1", "nofill"):
+        import torch
+
+        torch.use_deterministic_algorithms(True, warn_only=True)
+        torch.utils.deterministic.fill_uninitialized_memory = deterministic == "1"
+    arm = arms.BY_NAME[os.environ[ARM_ENV]]
+    if arm.perturb in (Perturb.ONE_SEED, Perturb.NO_DRAW):
+        _replace_ssu_torch(arm.perturb, model.mamba2_layers())
+    if arm.drawer is not None:
+        _use_variant(arm.drawer, arm.sync_plan)
+    _PREPARED = True
+
+
+class RankError(RuntimeError):
+    """The TP ranks' replies to a collective_rpc are not one from every rank."""
+
+
+def _on_rank(worker: Any, func: Callable[..., Any], *args: Any) -> tuple[int, Any]:
+    """A collective_rpc target: func(worker, *args) on one rank, with its rank."""
+    return worker.rank, func(worker, *args)
+
+
+def _on_model(worker: Any, func: Callable[[Any], Any]) -> Any:
+    """func(model) with the rank's model, as vLLM's apply_model calls it."""
+    return func(worker.get_model())
+
+
+def by_rank(replies: Sequence[tuple[int, Any]], tp: int) -> list[Any]:
+    """The values of `_on_rank` replies in rank order; every rank 0..tp-1 once."""
+    ranks = sorted(rank for rank, _ in replies)
+    if ranks != list(range(tp)):
+        raise RankError(f"expected one reply from each of ranks 0..{tp - 1}; got ranks {ranks}")
+    return [value for _, value in sorted(replies, key=lambda reply: reply[0])]
+
+
+def _init_weights(worker: Any) -> int:
+    """model.init_weights on this rank's shard, from a seed of the rank's own
+    (WEIGHT_SEED at rank 0, as at TP 1): ranks hold different weights."""
+    return model.init_weights(worker.get_model(), model.WEIGHT_SEED + worker.rank)
 
 
 def _mamba_caches(net: Any) -> list[Any]:
@@ -291,7 +354,8 @@ class ForwardSpans:
     def __init__(self) -> None:
         self.pairs: list[tuple[Any, Any]] = []
 
-    def install(self, worker: Any) -> None:
+    def install(self, worker: Any, on_end: Callable[[], None] = lambda: None) -> None:
+        """Wraps the worker's execute_model; `on_end()` runs as each call ends."""
         import torch
 
         runner = worker.model_runner
@@ -306,6 +370,7 @@ class ForwardSpans:
             finally:
                 end.record()
                 self.pairs.append((start, end))
+                on_end()
 
         runner.execute_model = timed
 
@@ -355,30 +420,125 @@ class ReplaySpans:
 
         torch.cuda.CUDAGraph.replay = replay  # type: ignore[method-assign]
 
-    def per_step(self, marks: list[int]) -> list[float]:
+    def per_step(self, marks: list[int]) -> list[float | None]:
         """Seconds of replay per step, marks[i] being the pair count after step
-        i (the GPU must be synchronized); steps without a replay are left out."""
-        totals, begin = [], 0
+        i (the GPU must be synchronized); None for a step without a replay."""
+        totals: list[float | None] = []
+        begin = 0
         for mark in marks:
             step = self.pairs[begin:mark]
-            if step:
-                totals.append(sum(s.elapsed_time(e) for s, e in step) / 1e3)
+            totals.append(sum(s.elapsed_time(e) for s, e in step) / 1e3 if step else None)
             begin = mark
         return totals
 
 
+class RankSpans:
+    """One rank's timers: its forward spans, and the process's replay spans
+    split by forward (the pair count as each execute_model call ends)."""
+
+    def __init__(self, replays: ReplaySpans) -> None:
+        self.forwards = ForwardSpans()
+        self.replays = replays
+        self.marks: list[int] = []
+
+    def install(self, worker: Any) -> None:
+        self.forwards.install(worker, on_end=lambda: self.marks.append(len(self.replays.pairs)))
+
+    def take(self) -> dict[str, Any]:
+        """Per forward since the last take: its seconds, and its replays'
+        (None for none); and how many replays (the GPU must be synchronized)."""
+        replays, count = self.replays.per_step(self.marks), len(self.replays.pairs)
+        self.replays.pairs.clear()
+        self.marks = []
+        return {"forward_s": self.forwards.take(), "replay_s": replays, "replays": count}
+
+
+# This process's (under TP, a rank's) timers, set by _install_spans, and
+# profiler, between _start_profile and _stop_profile.
+_REPLAYS: ReplaySpans | None = None
+_SPANS: RankSpans | None = None
+_PROFILE: Any = None
+
+
+def _install_spans(worker: Any) -> None:
+    """This rank's timers on `worker`; CUDAGraph.replay is wrapped once per process."""
+    global _REPLAYS, _SPANS
+    if _REPLAYS is None:
+        _REPLAYS = ReplaySpans()
+        _REPLAYS.install()
+    _SPANS = RankSpans(_REPLAYS)
+    _SPANS.install(worker)
+
+
+def _synchronize(_worker: Any) -> None:
+    import torch
+
+    torch.cuda.synchronize()
+
+
+def _take_spans(worker: Any) -> dict[str, Any]:
+    assert _SPANS is not None, "_install_spans first"
+    _synchronize(worker)
+    return _SPANS.take()
+
+
+def _start_profile(_worker: Any) -> None:
+    global _PROFILE
+    from torch.profiler import ProfilerActivity, profile
+
+    _synchronize(_worker)
+    _PROFILE = profile(activities=[ProfilerActivity.CUDA])
+    _PROFILE.start()
+
+
+def _stop_profile(worker: Any, steps: int) -> list[list[Any]]:
+    global _PROFILE
+    _synchronize(worker)
+    trace, _PROFILE = _PROFILE, None
+    trace.stop()
+    return kernels_per_step(trace.key_averages(), steps)
+
+
+def _median(values: Iterable[float]) -> float | None:
+    kept = list(values)
+    return statistics.median(kept) if kept else None
+
+
+def merge_spans(ranks: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """A decode burst's GPU figures from every rank's RankSpans.take (in rank
+    order).  Per forward the slowest rank's span: the ranks meet in every
+    layer's all-reduce, so a step lasts as long as its slowest rank; the
+    median of that over forwards (forward_s, replay_s; at TP 1 the one
+    rank's).  Beside it each rank's own median replay, and the spread: the
+    median over forwards of the slowest rank's replay less the fastest's."""
+    counts = [len(rank["forward_s"]) for rank in ranks]
+    if len(set(counts)) > 1:
+        raise RankError(f"the ranks timed different numbers of forwards: {counts}")
+    forwards = [max(spans) for spans in zip(*(rank["forward_s"] for rank in ranks), strict=True)]
+    replayed = [
+        [span for span in spans if span is not None]
+        for spans in zip(*(rank["replay_s"] for rank in ranks), strict=True)
+    ]
+    replayed = [spans for spans in replayed if spans]
+    return {
+        "forward_s": _median(forwards),
+        "forwards": len(forwards),
+        "replay_s": _median(max(spans) for spans in replayed),
+        "replay_spread_s": _median(max(spans) - min(spans) for spans in replayed),
+        "rank_replay_s": [
+            _median(span for span in rank["replay_s"] if span is not None) for rank in ranks
+        ],
+    }
+
+
 class Engine:
-    def __init__(self, arm: arms.Arm, model_dir: str) -> None:
+    def __init__(self, arm: arms.Arm, model_dir: str, tp: int = 1) -> None:
         self.arm = arm
         self.model_dir = model_dir
+        self.tp = tp
         self.llm: Any = None
-        self.spans: ForwardSpans | None = None
-        self.replays: ReplaySpans | None = None
-        self.config = model.rank_config()
-        if arm.perturb in (Perturb.ONE_SEED, Perturb.NO_DRAW):
-            _replace_ssu_torch(arm.perturb, model.mamba2_layers(self.config))
-        if arm.drawer is not None:
-            _use_variant(arm.drawer, arm.sync_plan)
+        self.timed = False  # whether this engine's ranks have their timers
+        self.config = model.model_config(tp)
 
     def start(self, mode: str) -> dict:
         from vllm import LLM
@@ -386,12 +546,16 @@ class Engine:
         self.stop()
         seed = 1 if self.arm.perturb is Perturb.GENERATOR_SEED else arms.SEED
         began = time.perf_counter()
-        kwargs = arms.engine_kwargs(self.model_dir, GraphMode(mode), seed)
+        kwargs = arms.engine_kwargs(self.model_dir, GraphMode(mode), seed, self.tp)
         kwargs.update(json.loads(os.environ.get(LLM_KWARGS_ENV) or "{}"))
         self.llm = LLM(**kwargs)
-        count = self.llm.llm_engine.apply_model(model.init_weights)[0]
-        self.spans = None
-        return {"start_s": time.perf_counter() - began, "parameters": count}
+        counts = self._each_rank(_init_weights)
+        self.timed = False
+        return {"start_s": time.perf_counter() - began, "parameters": counts[0]}
+
+    def _each_rank(self, func: Callable[..., Any], *args: Any) -> list[Any]:
+        """func(worker, *args) on every TP rank's vLLM worker, in rank order."""
+        return by_rank(self.llm.llm_engine.collective_rpc(_on_rank, args=(func, *args)), self.tp)
 
     def stop(self) -> None:
         if self.llm is None:
@@ -427,14 +591,23 @@ class Engine:
                 strict=False,
             )
         )
-        fingerprints: list[str] = []
         produced: dict[str, int] = {}
         finals: dict[str, Any] = {}
         decoded_steps: list[bool] = []
-        layers: list[list[str]] = []
-        slots: list[list[str]] = []
-        engine.apply_model(zero_states)
-        offsets = [engine.apply_model(rng_offset)[0]]
+        # Per TP rank, its own Mamba-2 state: its share of every layer's heads.
+        ranks: list[dict[str, Any]] = [
+            {"rank": rank, "fingerprints": [], "layer_sums": [], "slot_sums": [], "rng_offsets": []}
+            for rank in range(self.tp)
+        ]
+
+        def keep(name: str, func: Callable[[Any], Any]) -> list[Any]:
+            values = self._each_rank(_on_model, func)
+            for state, value in zip(ranks, values, strict=True):
+                state[name].append(value)
+            return values
+
+        self._each_rank(_on_model, zero_states)
+        keep("rng_offsets", rng_offset)
         step = 0
         while pending or engine.has_unfinished_requests():
             while pending and pending[0][0] <= step:
@@ -449,45 +622,38 @@ class Engine:
                 produced[out.request_id] = len(completion.token_ids)
                 finals[out.request_id] = completion
             decoded_steps.append(decoded)
-            sums = engine.apply_model(layer_sums)[0]
-            fingerprints.append(state_fingerprint(sums))
+            sums = self._each_rank(_on_model, layer_sums)
+            for state, rank_sums in zip(ranks, sums, strict=True):
+                state["fingerprints"].append(state_fingerprint(rank_sums))
+                if step < LAYER_STEPS:
+                    state["layer_sums"].append(rank_sums)
             if step < LAYER_STEPS:
-                layers.append(sums)
-                slots.append(engine.apply_model(slot_sums)[0])
-                offsets.append(engine.apply_model(rng_offset)[0])
+                keep("slot_sums", slot_sums)
+                keep("rng_offsets", rng_offset)
             step += 1
             if step > 2000:
                 raise RuntimeError("the identity workload did not finish in 2000 steps")
+        shas = self._each_rank(_on_model, state_sha256)
+        for state, sha in zip(ranks, shas, strict=True):
+            state["state_sha256"] = sha
         return {
             "steps": step,
             "decode_steps": sum(decoded_steps),
             # Per step: whether a request got a token past its first (a decode ran).
             "decoded": decoded_steps,
-            "fingerprints": fingerprints,
-            # Each layer's sums for the first steps: where two runs part, the
-            # first layer that differs says where in the forward they did.
-            "layer_sums": layers,
-            "slot_sums": slots,
-            # The generator's offset before the workload and after each of
-            # those steps: equal in two processes unless engine start (or a
-            # step) drew differently.
-            "rng_offsets": offsets,
-            "state_sha256": engine.apply_model(state_sha256)[0],
+            "tp": self.tp,
+            # Per rank, in rank order: "fingerprints" per step; each layer's
+            # sums for the first steps ("layer_sums": where two runs part, the
+            # first layer that differs says where in the forward they did),
+            # and each slot's ("slot_sums"); the generator's offset before the
+            # workload and after each of those steps ("rng_offsets": equal in
+            # two processes unless engine start, or a step, drew differently);
+            # the state's bytes at the end ("state_sha256").
+            "ranks": ranks,
             "sanity": sanity(finals),
             "tokens": {rid: list(c.token_ids) for rid, c in sorted(finals.items())},
             "logprobs": {rid: _logprobs(c) for rid, c in sorted(finals.items())},
         }
-
-    def _spans(self) -> ForwardSpans:
-        """This engine's forward timer, installed on first use (the identity
-        workload runs without it); where it cannot be, forward_s stays None."""
-        if self.spans is None:
-            self.spans = ForwardSpans()
-            try:
-                self.llm.llm_engine.collective_rpc(self.spans.install)
-            except Exception:
-                traceback.print_exc()
-        return self.spans
 
     @contextlib.contextmanager
     def _decoding(self, bs: int, steps: int, warm: int) -> Iterator[Any]:
@@ -510,50 +676,34 @@ class Engine:
                 engine.step()
 
     def decode(self, bs: int, steps: int, warm: int) -> dict:
-        import torch
-
+        """`steps` decode steps' wall time, and every rank's spans merged (merge_spans)."""
         with self._decoding(bs, steps, warm) as engine:
-            spans = self._spans()
-            if self.replays is None:
-                self.replays = ReplaySpans()
-                self.replays.install()
-            replays = self.replays
-            torch.cuda.synchronize()
-            spans.take()
-            replays.pairs.clear()
-            marks = []
+            if not self.timed:  # the identity workload runs without timers
+                self._each_rank(_install_spans)
+                self.timed = True
+            self._each_rank(_take_spans)  # what came before
             began = time.perf_counter()
             for _ in range(steps):
                 engine.step()
-                marks.append(len(replays.pairs))
-            torch.cuda.synchronize()
+            self._each_rank(_synchronize)
             elapsed = time.perf_counter() - began
-            forwards = spans.take()
-            replayed = replays.per_step(marks)
-            replays.pairs.clear()
-        spans.take()
+            ranks = self._each_rank(_take_spans)
         return {
             "step_s": elapsed / steps,
-            "forward_s": statistics.median(forwards) if forwards else None,
-            "forwards": len(forwards),
-            "replay_s": statistics.median(replayed) if replayed else None,
-            "replays_per_step": marks[-1] / steps if marks else 0.0,
+            **merge_spans(ranks),
+            "replays_per_step": ranks[0]["replays"] / steps,
         }
 
     def profile(self, bs: int, steps: int, warm: int) -> dict:
-        """The GPU kernels of `steps` decode steps of a batch of `bs`, as torch's
-        profiler sees them (kernels inside CUDA graph replays included)."""
-        import torch
-        from torch.profiler import ProfilerActivity
-        from torch.profiler import profile as profiled
-
+        """Rank 0's GPU kernels over `steps` decode steps of a batch of `bs`, as
+        torch's profiler sees them (kernels inside CUDA graph replays
+        included); every rank runs under the profiler alike."""
         with self._decoding(bs, steps, warm) as engine:
-            torch.cuda.synchronize()
-            with profiled(activities=[ProfilerActivity.CUDA]) as trace:
-                for _ in range(steps):
-                    engine.step()
-                torch.cuda.synchronize()
-        return {"steps": steps, "kernels": kernels_per_step(trace.key_averages(), steps)}
+            self._each_rank(_start_profile)
+            for _ in range(steps):
+                engine.step()
+            kernels = self._each_rank(_stop_profile, steps)
+        return {"steps": steps, "kernels": kernels[0]}
 
 
 def kernels_per_step(averages: Iterable[Any], steps: int) -> list[list[Any]]:
@@ -574,15 +724,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--arm", required=True, choices=sorted(arms.BY_NAME))
     parser.add_argument("--model-dir", required=True)
     parser.add_argument("--reply-fd", type=int, required=True)
+    parser.add_argument("--tp", type=int, default=1, choices=model.TP_SIZES)
     args = parser.parse_args(argv)
     replies = os.fdopen(args.reply_fd, "w", buffering=1)
-    deterministic = os.environ.get(TORCH_DETERMINISTIC_ENV)
-    if deterministic in ("1", "nofill"):
-        import torch
-
-        torch.use_deterministic_algorithms(True, warn_only=True)
-        torch.utils.deterministic.fill_uninitialized_memory = deterministic == "1"
-    engine = Engine(arms.BY_NAME[args.arm], args.model_dir)
+    os.environ[ARM_ENV] = args.arm
+    prepare_rank()
+    engine = Engine(arms.BY_NAME[args.arm], args.model_dir, args.tp)
     replies.write(json.dumps({"ok": True, "ready": args.arm, "pid": os.getpid()}) + "\n")
     for line in sys.stdin:
         command = json.loads(line)
@@ -610,4 +757,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    # As bench.engine.worker, not __main__: the functions collective_rpc sends
+    # to the ranks' processes are pickled by their module's name.
+    from bench.engine import worker
+
+    raise SystemExit(worker.main())

@@ -21,7 +21,9 @@
 # The patched copies (/tmp/site-reset, /tmp/site-forward-context) are hard-linked copies
 # of /tmp/site (the patch replaces files, it never writes through a link), made again
 # when that stamp changes.
-# With two GPUs, V1 engines run on the first and V2 engines on the second.
+# With two GPUs, V1 engines run on the first and V2 engines on the second.  With
+# SR_ENGINE_TP=N (1, 2, 4, 8; default 1) every engine runs over N GPUs, one process per
+# rank: V1 on the first N, V2 on the next N where there are 2N, else on the same N.
 # Results go to $OUT/engine (default /tmp/out/engine).
 set -uo pipefail
 out=${OUT:-/tmp/out}
@@ -29,9 +31,12 @@ mkdir -p "$out/engine"
 stamp=$(find vllm_patch runner_hooks bench/engine -type f ! -path '*__pycache__*' | sort \
   | xargs cat | sha256sum | cut -c1-12)
 export OUT=$out TORCH_EXTENSIONS_DIR=/tmp/torch_ext
-export SR_ENGINE_RESUME=/tmp/sr-engine/identity-$stamp.json
+tp=${SR_ENGINE_TP:-1}
+# Records of TP 1 keep the name they had before TP was a setting.
+export SR_ENGINE_RESUME=/tmp/sr-engine/identity-$stamp$([ "$tp" = 1 ] || echo "-tp$tp").json
 export SR_ENGINE_SITES="stock=/tmp/site,reset=/tmp/site-reset,forward-context=/tmp/site-forward-context"
-export SR_ENGINE_GPUS=${SR_ENGINE_GPUS:-$(nvidia-smi --query-gpu=index --format=csv,noheader | head -2 | paste -sd, -)}
+export SR_ENGINE_GPUS=${SR_ENGINE_GPUS:-$(nvidia-smi --query-gpu=index --format=csv,noheader \
+  | head -n $((2 * tp)) | paste -sd, -)}
 status=0
 for design in reset forward-context; do
   copy=/tmp/site-$design

@@ -8,10 +8,13 @@ CUDA-graph modes, one engine runs the same workload as stock
 the run, chunked prefill sharing steps with decodes, up to 8 running,
 temperature 1, LLM(seed=0)) and must give, step by step, the same fp16 SSM
 state of every Mamba-2 layer, and at the end the same state bytes, token ids
-and logprobs.  "stock-again" is the positive control: two stock processes
-must compute the same bits, or a difference says nothing about the seeds; a
-cell where they do not is skipped as inconclusive for every other arm, and
-test_stock_is_reproducible fails for it (compiled cells agree only with
+and logprobs.  At SR_ENGINE_TP > 1 every rank's state is judged, each
+against stock's of the same rank: every arm must equal stock on every rank,
+and each control must differ on every rank.  "stock-again" is the positive
+control: two stock processes must compute the same bits, or a difference
+says nothing about the seeds; a cell where they do not is skipped as
+inconclusive for every other arm, and test_stock_is_reproducible fails for
+it (compiled cells agree only with
 deterministic kernels: bench/engine/arms.py, IDENTITY_ENV and
 compilation_config).  Two negative controls must differ: stock with one seed
 in every 40 XOR 1, and stock under another generator seed.
@@ -22,8 +25,8 @@ $OUT/engine/identity.json.  With SR_ENGINE_RECORDS set to such a file, or to
 a committed bench/results/engine-*.identity.json, the same verdicts are
 judged from those records instead, on any machine (no GPU needed); cells a
 run did not have are skipped.  Records are compared in report.py's compact
-form (per-step fingerprints, hashes of the state bytes, token ids and
-logprobs).
+form (per rank, per-step fingerprints and a hash of the state bytes; hashes
+of the token ids and logprobs).
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ import pytest
 from bench.engine import model
 from bench.engine.arms import ARMS, CONTROLS, STOCK, STOCK_AGAIN, GraphMode, Perturb, Runner
 from bench.engine.identity import MODES, key, run
-from bench.engine.report import compact_record, first_difference, merge_identity
+from bench.engine.report import compact_record, first_difference, merge_identity, rank_states
 from bench.engine.session import IDENTITY_ARMS_ENV, MODES_ENV, SKIP_REASON, Settings
 
 RECORDS_ENV = "SR_ENGINE_RECORDS"
@@ -81,14 +84,36 @@ def record(identity: dict[str, Any], arm: str, runner: Runner, mode: GraphMode) 
     got = identity["records"][cell]
     if "error" in got:
         pytest.fail(f"{cell} did not run: {got['error']}", pytrace=False)
-    return got if "tokens_sha256" in got else compact_record(got)
+    got = got if "tokens_sha256" in got else compact_record(got)
+    if "tp" in identity:  # a run's own records: one state from every rank
+        ranks = [state["rank"] for state in rank_states(got)]
+        assert ranks == list(range(identity["tp"])), f"{cell}: states of ranks {ranks}"
+    return got
+
+
+def ranks_of(stock: dict, got: dict) -> list[tuple[int, dict, dict]]:
+    """(rank, stock's state, got's state) for every TP rank, both records having
+    the same ranks."""
+    mine, theirs = rank_states(stock), rank_states(got)
+    assert [s["rank"] for s in theirs] == [s["rank"] for s in mine], "not the same TP ranks"
+    return [(a["rank"], a, b) for a, b in zip(mine, theirs, strict=True)]
+
+
+def differing_ranks(stock: dict, got: dict) -> dict[int, int | None]:
+    """rank -> the first engine step its SSM state differs from stock's (None:
+    only the final bytes do), for every rank whose state differs."""
+    differ = {}
+    for rank, a, b in ranks_of(stock, got):
+        step = first_difference(a["fingerprints"], b["fingerprints"])
+        if step is not None or a["state_sha256"] != b["state_sha256"]:
+            differ[rank] = step
+    return differ
 
 
 def assert_identical(stock: dict, got: dict) -> None:
     assert stock["decode_steps"] >= MIN_DECODE_STEPS, stock["decode_steps"]
-    step = first_difference(stock["fingerprints"], got["fingerprints"])
-    assert step is None, f"the SSM state differs from stock's from engine step {step} on"
-    assert got["state_sha256"] == stock["state_sha256"]
+    differ = differing_ranks(stock, got)
+    assert not differ, f"the SSM state differs from stock's (rank: from engine step) {differ}"
     assert got["tokens_sha256"] == stock["tokens_sha256"], "token ids differ"
     assert got["logprobs_sha256"] == stock["logprobs_sha256"], "logprobs differ"
 
@@ -100,11 +125,11 @@ def judged_stock(identity: dict[str, Any], runner: Runner, mode: GraphMode) -> d
     test_stock_is_reproducible fails for it."""
     stock = record(identity, STOCK.name, runner, mode)
     again = record(identity, STOCK_AGAIN.name, runner, mode)
-    step = first_difference(stock["fingerprints"], again["fingerprints"])
-    if step is not None or again["state_sha256"] != stock["state_sha256"]:
+    differ = differing_ranks(stock, again)
+    if differ:
         pytest.skip(
-            f"inconclusive: two stock processes differ from engine step {step} in "
-            "this cell (test_stock_is_reproducible fails for it)"
+            f"inconclusive: two stock processes differ in this cell (rank: from engine "
+            f"step) {differ} (test_stock_is_reproducible fails for it)"
         )
     return stock
 
@@ -145,15 +170,16 @@ def test_negative_control_differs(identity, control, runner: Runner, mode: Graph
     """The check above can fail: a perturbed stock does not pass it."""
     stock = judged_stock(identity, runner, mode)
     got = record(identity, control.name, runner, mode)
-    step = first_difference(stock["fingerprints"], got["fingerprints"])
-    assert step is not None
-    assert got["state_sha256"] != stock["state_sha256"]
-    if control.perturb is Perturb.ONE_SEED:
-        # Equal until the seeds matter: the state parts at the first step with
-        # decodes (outputs show a step late under async scheduling).
-        first_decode = stock["decoded"].index(True)
-        assert step in (first_decode - 1, first_decode), (step, first_decode)
-    else:
+    for rank, a, b in ranks_of(stock, got):
+        step = first_difference(a["fingerprints"], b["fingerprints"])
+        assert step is not None, f"rank {rank}: the state does not differ"
+        assert b["state_sha256"] != a["state_sha256"], f"rank {rank}"
+        if control.perturb is Perturb.ONE_SEED:
+            # Equal until the seeds matter: the state parts at the first step with
+            # decodes (outputs show a step late under async scheduling).
+            first_decode = stock["decoded"].index(True)
+            assert step in (first_decode - 1, first_decode), (rank, step, first_decode)
+    if control.perturb is not Perturb.ONE_SEED:
         assert got["tokens_sha256"] != stock["tokens_sha256"]
 
 
