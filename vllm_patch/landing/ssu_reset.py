@@ -65,7 +65,7 @@ class MambaSRSeedHook:
 
 
 def batch_runs_mamba_ssu(
-    attn_metadata: dict[str, Any] | list[dict[str, Any]] | None,
+    attn_metadata: dict[str, Any] | list[Any] | None,
 ) -> bool:
     """Whether a forward with this attention metadata calls the Mamba SSU.
 

@@ -58,7 +58,7 @@ TRITON_REPLAYSSM = (
 
 
 def _triton_replayssm() -> Any:
-    """vLLM's Triton ReplaySSM module (0.27.0 on)."""
+    """The Triton ReplaySSM module of vLLM (0.27.0 on)."""
     return importlib.import_module(TRITON_REPLAYSSM)
 
 
@@ -123,6 +123,8 @@ class SSUHarness:
         self.taken: list[bool] = []
         self.work = torch.ones(64, 64, device="cuda")
         self.kwargs: dict[str, Any] = {}
+        # The path's positional arguments: how many differs from path to path.
+        self.args: Any
         if path == "triton-replayssm":
             self.args, self.kwargs = triton_replayssm_arguments("cuda")
         elif path == "flashinfer-replayssm":
@@ -152,7 +154,7 @@ class SSUHarness:
             self.out = torch.zeros_like(x)
         # Initialise cuBLAS outside any graph capture.
         torch.tanh(self.work @ self.work)
-        torch.cuda.synchronize()
+        torch.accelerator.synchronize()
 
     def kernel(self, *args: Any, rand_seed: torch.Tensor, **kwargs: Any) -> None:
         # A copy, read as the kernel would read it: the next eager forward
@@ -303,9 +305,9 @@ def test_eager_forwards_match_stock(
     harness: SSUHarness, open_forward: OpenForward, extra_calls: int
 ) -> None:
     num_calls = NUM_LAYERS + extra_calls
-    torch.cuda.manual_seed(SEED)
+    torch.manual_seed(SEED)
     stock = _stock_seeds(2 * num_calls)
-    torch.cuda.manual_seed(SEED)
+    torch.manual_seed(SEED)
     # Two forwards: the second reuses the first one's seed buffer.
     for _ in range(2):
         with open_forward():
@@ -318,7 +320,7 @@ def test_eager_forwards_match_stock(
 def test_cuda_graph_capture_and_three_replays(
     harness: SSUHarness, open_forward: OpenForward
 ) -> None:
-    torch.cuda.manual_seed(SEED)
+    torch.manual_seed(SEED)
     stock_graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(stock_graph):
         stock = [
@@ -329,7 +331,7 @@ def test_cuda_graph_capture_and_three_replays(
         stock_graph.replay()
         stock_replays.append([int(seed.item()) for seed in stock])
 
-    torch.cuda.manual_seed(SEED)
+    torch.manual_seed(SEED)
     graph = torch.cuda.CUDAGraph()
     with open_forward(full_cudagraph=True), torch.cuda.graph(graph):
         harness.run_layers(NUM_LAYERS)
@@ -345,9 +347,9 @@ def test_cuda_graph_capture_and_three_replays(
 
 
 def test_fallback_outside_a_forward(harness: SSUHarness) -> None:
-    torch.cuda.manual_seed(SEED)
+    torch.manual_seed(SEED)
     stock = _stock_seeds(NUM_LAYERS)
-    torch.cuda.manual_seed(SEED)
+    torch.manual_seed(SEED)
     harness.run_layers(NUM_LAYERS)
     assert harness.seed_values() == stock
     assert harness.taken == [False] * NUM_LAYERS
@@ -408,7 +410,7 @@ def test_triton_fp16_state_matches_stock(
             ssu_dispatch, "_sr_seed_prefetcher", prefetcher if prefetched else None
         )
         results = []
-        torch.cuda.manual_seed(generator_seed)
+        torch.manual_seed(generator_seed)
         with open_forward() if prefetched else contextlib.nullcontext():
             for layer in layers:
                 state = layer["state"].clone()
@@ -427,7 +429,7 @@ def test_triton_fp16_state_matches_stock(
                     is_blackwell=True,
                 )
                 results.append(state)
-        torch.cuda.synchronize()
+        torch.accelerator.synchronize()
         return results
 
     stock = states(prefetched=False, generator_seed=SEED)
