@@ -44,7 +44,7 @@ def _current_forward_context() -> ForwardContext | None:
     return get_forward_context() if is_forward_context_available() else None
 
 
-def _in_micro_batch(forward_context: ForwardContext) -> bool:
+def _in_micro_batch(forward_context: object) -> bool:
     """Whether the SSU runs in a DBO micro-batch. Each micro-batch runs on its
     own thread under its own forward context, which carries no mark of it;
     the ubatching module knows while micro-batch threads run."""

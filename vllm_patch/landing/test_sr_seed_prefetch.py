@@ -17,7 +17,7 @@ import importlib
 import inspect
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import torch
@@ -123,8 +123,6 @@ class SSUHarness:
         self.taken: list[bool] = []
         self.work = torch.ones(64, 64, device="cuda")
         self.kwargs: dict[str, Any] = {}
-        # The path's positional arguments: how many differs from path to path.
-        self.args: Any
         if path == "triton-replayssm":
             self.args, self.kwargs = triton_replayssm_arguments("cuda")
         elif path == "flashinfer-replayssm":
@@ -181,7 +179,8 @@ class SSUHarness:
                     rand_seed=ssu_dispatch._prefetched_sr_seed(),
                 )
             elif self.path == "flashinfer-replayssm":
-                ssu_dispatch.selective_state_update_replayssm_flashinfer(
+                # Any: the positional arguments' count differs from path to path.
+                cast(Any, ssu_dispatch.selective_state_update_replayssm_flashinfer)(
                     *self.args,
                     logical_window=4,
                     update_trackers=False,
@@ -191,7 +190,7 @@ class SSUHarness:
             elif isinstance(self.backend, ssu_dispatch.FlashInferSSUBackend):
                 self.backend(*self.args)
             else:
-                self.backend(*self.args, out=self.out)
+                cast(Any, self.backend)(*self.args, out=self.out)
 
     def seed_values(self) -> list[int]:
         return [int(seed.item()) for seed in self.seeds]
