@@ -108,9 +108,9 @@ def test_the_reset_design_edits_the_runners_and_forward_context_does_not() -> No
         mamba_ssm.PATH,
         replayssm_triton.PATH,
         mamba_mixer2.PATH,
-        setup_py.PATH,  # where its vendored files have CUDA sources
-    }
-    assert setup_py.needed(vendor.vendored_files())
+    }  # no setup.py: its vendored files have no CUDA source
+    assert setup_py.needed(vendor.vendored_files(Design.RESET))
+    assert not setup_py.needed(vendor.vendored_files(Design.FORWARD_CONTEXT))
     forward_context_sites = {
         operation.site
         for file_ops in targets.file_operations(
