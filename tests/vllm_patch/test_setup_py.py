@@ -53,14 +53,14 @@ def data_files(setup_text: str, src: Path) -> set[str]:
 def src(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tree with the vendored package and one of vLLM's own JIT sources (the control)."""
     root = tmp_path_factory.mktemp("src")
-    for path, data in {**vendor.vendored_files(), HF3FS_SOURCE: b"// hf3fs\n"}.items():
+    for path, data in {**vendor.vendored_files(Design.RESET), HF3FS_SOURCE: b"// hf3fs\n"}.items():
         (root / path).parent.mkdir(parents=True, exist_ok=True)
         (root / path).write_bytes(data)
     return root
 
 
 def cuda_sources() -> list[str]:
-    paths = [p for p in vendor.vendored_files() if p.endswith(".cu")]
+    paths = [p for p in vendor.vendored_files(Design.RESET) if p.endswith(".cu")]
     assert paths, "the vendored package has no CUDA source"
     return paths
 
@@ -96,11 +96,13 @@ def test_a_setup_py_without_package_data_is_refused() -> None:
         setup_py.operations().operations[0].at.node(Source("setup(name='vllm')\n", "setup.py"))
 
 
-def test_setup_py_is_edited_only_where_the_tree_has_one() -> None:
+def test_setup_py_is_edited_only_where_the_tree_has_one_and_the_design_a_cu() -> None:
     for design in Design:
         with_setup = targets.file_operations(design, releases.NEWEST, setup_py_present=True)
         without = targets.file_operations(design, releases.NEWEST, setup_py_present=False)
-        assert setup_py.PATH in [fo.path for fo in with_setup]
+        # Only the reset design vendors a CUDA source (the seed kernel's).
+        wanted = design is Design.RESET
+        assert (setup_py.PATH in [fo.path for fo in with_setup]) is wanted
         assert setup_py.PATH not in [fo.path for fo in without]
     assert not setup_py.needed(["vllm/x/__init__.py", "vllm/x/csrc/a.cu"])
     assert setup_py.needed([f"{vendor.VENDORED_PACKAGE}/csrc/a.cu"])
