@@ -101,44 +101,41 @@ def runners_from_env() -> tuple[Runner, ...]:
     return tuple(known[name] for name in names)
 
 
+def _names_from_env(env: str, known: set[str]) -> set[str] | None:
+    """The comma-separated names $env gives, each one of `known`; None when unset."""
+    text = os.environ.get(env, "")
+    if not text:
+        return None
+    names = {name for name in text.split(",") if name}
+    if names - known or not names:
+        raise ValueError(f"{env} takes names among {', '.join(sorted(known))}; got {text!r}")
+    return names
+
+
 def timing_arms_from_env() -> tuple[Arm, ...]:
     """The timing's arms named in SR_ENGINE_ARMS, in TIMING_ARMS' order; stock
     (every saving's base) is measured whether named or not."""
-    text = os.environ.get(ARMS_ENV, "")
-    if not text:
+    names = _names_from_env(ARMS_ENV, {arm.name for arm in TIMING_ARMS})
+    if names is None:
         return TIMING_ARMS
-    names = {name for name in text.split(",") if name}
-    known = {arm.name for arm in TIMING_ARMS}
-    if names - known or not names:
-        raise ValueError(f"{ARMS_ENV} takes names among {', '.join(sorted(known))}; got {text!r}")
     return tuple(arm for arm in TIMING_ARMS if arm.name in names | {STOCK.name})
 
 
 def identity_arms_from_env() -> tuple[Arm, ...]:
     """The identity run's arms named in SR_ENGINE_IDENTITY_ARMS, in IDENTITY_ARMS'
     order; stock and stock-again (the positive control) run whether named or not."""
-    text = os.environ.get(IDENTITY_ARMS_ENV, "")
-    if not text:
+    names = _names_from_env(IDENTITY_ARMS_ENV, {arm.name for arm in IDENTITY_ARMS})
+    if names is None:
         return IDENTITY_ARMS
-    names = {name for name in text.split(",") if name}
-    known = {arm.name for arm in IDENTITY_ARMS}
-    if names - known or not names:
-        raise ValueError(
-            f"{IDENTITY_ARMS_ENV} takes names among {', '.join(sorted(known))}; got {text!r}"
-        )
     always = {STOCK.name, STOCK_AGAIN.name}
     return tuple(arm for arm in IDENTITY_ARMS if arm.name in names | always)
 
 
 def modes_from_env(modes: tuple[GraphMode, ...]) -> tuple[GraphMode, ...]:
     """Those of `modes` named in SR_ENGINE_MODES (all when unset), in their order."""
-    text = os.environ.get(MODES_ENV, "")
-    if not text:
+    names = _names_from_env(MODES_ENV, {mode.value for mode in modes})
+    if names is None:
         return modes
-    names = {name for name in text.split(",") if name}
-    known = {mode.value for mode in modes}
-    if names - known or not names:
-        raise ValueError(f"{MODES_ENV} takes names among {', '.join(sorted(known))}; got {text!r}")
     return tuple(mode for mode in modes if mode.value in names)
 
 
