@@ -220,12 +220,7 @@ def _git(root: Path, *args: str) -> str:
     result = subprocess.run(
         [
             "git",
-            "-c",
-            "user.name=sr-prefetch",
-            "-c",
-            "user.email=sr-prefetch@localhost",
-            "-c",
-            "commit.gpgsign=false",
+            *tree.GIT_IDENTITY,
             *args,
         ],
         cwd=root,

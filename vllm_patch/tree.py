@@ -261,15 +261,21 @@ def format_patch(root: Path) -> str:
     return _git(root, "format-patch", "-1", "--stdout", "HEAD") or ""
 
 
+GIT_IDENTITY = (
+    "-c",
+    "user.name=sr-prefetch",
+    "-c",
+    "user.email=sr-prefetch@localhost",
+    "-c",
+    "commit.gpgsign=false",
+)
+"""git options that let sr-prefetch commit in a tree whatever the user's git config."""
+
+
 def _commit(root: Path, message: str) -> None:
     _git(
         root,
-        "-c",
-        "user.name=sr-prefetch",
-        "-c",
-        "user.email=sr-prefetch@localhost",
-        "-c",
-        "commit.gpgsign=false",
+        *GIT_IDENTITY,
         "commit",
         "--quiet",
         "--no-verify",
