@@ -36,6 +36,7 @@ from runner_hooks import ForwardHooks, ForwardInfo, SRSeedPrefetcher
 from runner_hooks.baseline.side_stream import SideStreamSeedBatch, SideStreamSeedPrefetch
 from runner_hooks.core import prefetch as prefetch_module
 from runner_hooks.core.prefetch import SeedBatch
+from runner_hooks.drawers import stock_seed
 
 from .model import DecodeModel, MixerShape
 from .stats import BOOTSTRAP_SEED, RESAMPLES, bootstrap_medians, interval_of, quantile, seeded_rng
@@ -46,7 +47,6 @@ RUNNER_HOOKS_NAMES = (
     "runner_hooks.ForwardHooks.register",
     "runner_hooks.ForwardHooks.forward",
     "runner_hooks.ForwardInfo",
-    "runner_hooks.SRSeedPrefetcher.prefetch",
     "runner_hooks.SRSeedPrefetcher.next_seed",
     "runner_hooks.core.prefetch.SeedBatch.take",
     "runner_hooks.core.prefetch.SeedBatch.consumed",
@@ -57,12 +57,13 @@ RUNNER_HOOKS_NAMES = (
     "runner_hooks.baseline.side_stream.SideStreamSeedPrefetch",
 )
 """The runner_hooks names this script uses, checked by the CPU test; the
-instance attributes it reads (SRSeedPrefetcher._batch, SeedPrefetch.drawer,
+instance attributes it reads (SRSeedPrefetcher.prefetch and ._batch, SeedPrefetch.drawer,
 _eager_buffer, _device_index, SeedBuffer.whole and .seeds, and the batches'
 constructors) are exercised by that test's run of every step."""
 
 STEPS: tuple[tuple[str, str], ...] = (
     ("floor", "floor (fixed seed)"),
+    ("floor_rng", "floor-rng: the floor plus one stock draw per step"),
     ("capture_check", "floor + capture check (`_is_capturing()`) per SSU call"),
     ("stream_check", "floor + raw current-stream handle per SSU call"),
     ("draw", "floor + the drawer's draw of N seeds, once per step"),
@@ -132,6 +133,10 @@ def breakdown_steps(parts: Breakdown) -> dict[str, Step]:
     def floor() -> None:
         model.forward(floor_seed)
 
+    def floor_rng() -> None:
+        stock_seed(base.device)
+        model.forward(floor_seed)
+
     def capture_check() -> None:
         model.forward(capture_checked_seed)
 
@@ -155,7 +160,7 @@ def breakdown_steps(parts: Breakdown) -> dict[str, Step]:
             batch.consumed = len(views)
 
     def takes() -> None:
-        args = ("host-breakdown", buffer, device_index, False, None)
+        args = ("host-breakdown", buffer, device_index, False)
         batch = (
             SideStreamSeedBatch(*args, forward_stream)  # type: ignore[arg-type]
             if side_stream
@@ -169,6 +174,7 @@ def breakdown_steps(parts: Breakdown) -> dict[str, Step]:
 
     steps = {
         "floor": floor,
+        "floor_rng": floor_rng,
         "capture_check": capture_check,
         "stream_check": stream_check,
         "draw": draw,

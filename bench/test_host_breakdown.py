@@ -57,7 +57,7 @@ class FakeEvent:
 def cpu_breakdown(monkeypatch):
     """The breakdown's parts on the CPU: a real SRSeedPrefetcher over a real SeedPrefetch."""
 
-    def cpu_seed_prefetch(owner, num_ssu_calls, device, plan, make_drawer, check_offsets):
+    def cpu_seed_prefetch(owner, num_ssu_calls, device, plan, make_drawer):
         assert plan is not None and not plan.side_stream
         return prefetch_module.SeedPrefetch(
             type(owner).__name__, num_ssu_calls, torch.device("cpu"), make_drawer()
@@ -93,7 +93,7 @@ def test_every_step_runs_against_todays_runner_hooks(cpu_breakdown):
             # The design's seeds are the prefetched ones, all of them consumed.
             drawn = parts.prefetcher.prefetch._eager_buffer.whole.tolist()
             assert ssu.seeds == drawn
-        if name in ("floor", "capture_check", "stream_check", "draw"):
+        if name in ("floor", "floor_rng", "capture_check", "stream_check", "draw"):
             assert ssu.seeds == [0] * LAYERS, name
     assert parts.hooks.current is None
 

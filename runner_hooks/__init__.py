@@ -15,15 +15,8 @@ except ModuleNotFoundError as error:
     ) from None
 
 from .baseline.side_stream import SyncPlan, UnjoinedCaptureError
-from .core import (
-    ForwardHook,
-    ForwardHookHandle,
-    ForwardInfo,
-    IncompleteSeedBatchError,
-    NestedForwardError,
-    WrongStreamError,
-)
-from .core.prefetch import SeedDrawer
+from .core.hooks import ForwardHook, ForwardInfo, NestedForwardError
+from .core.prefetch import IncompleteSeedBatchError, SeedDrawer, WrongStreamError
 from .drawers import DRAWERS, RandintDrawer, resolve_drawer
 from .sync import SYNC_PLANS, resolve_sync_plan
 from .variants import ForwardContextSeedPrefetcher, ForwardHooks, SRSeedPrefetcher
@@ -33,7 +26,6 @@ __all__ = [
     "SYNC_PLANS",
     "ForwardContextSeedPrefetcher",
     "ForwardHook",
-    "ForwardHookHandle",
     "ForwardHooks",
     "ForwardInfo",
     "IncompleteSeedBatchError",

@@ -49,7 +49,6 @@ def _seed_prefetch(
     device: torch.device,
     plan: SyncPlan | None,
     make_drawer: Callable[[], SeedDrawer | str],
-    check_offsets: bool,
 ) -> SeedPrefetch | str:
     """The machinery for `plan` (None: the drawer's default), or why none."""
     drawer = make_drawer()
@@ -61,10 +60,8 @@ def _seed_prefetch(
         )
     name = type(owner).__name__
     if not plan.side_stream:
-        return SeedPrefetch(name, num_ssu_calls, device, drawer, check_offsets)
-    return SideStreamSeedPrefetch(
-        name, num_ssu_calls, device, drawer, plan, check_offsets
-    )
+        return SeedPrefetch(name, num_ssu_calls, device, drawer)
+    return SideStreamSeedPrefetch(name, num_ssu_calls, device, drawer, plan)
 
 
 def plan_of(prefetch: SeedPrefetch) -> SyncPlan:
@@ -89,17 +86,16 @@ class SRSeedPrefetcher(reset.SRSeedPrefetcher):
         *,
         sync_plan: str | SyncPlan | None = None,
         drawer: str | SeedDrawer = "auto",
-        check_offsets: bool = False,
     ) -> None:
         self._make_drawer = drawer_factory(drawer)
         self._plan = None if sync_plan is None else resolve_sync_plan(sync_plan)
-        super().__init__(num_ssu_calls, device, check_offsets=check_offsets)
+        super().__init__(num_ssu_calls, device)
 
     def _seed_prefetch(
-        self, num_ssu_calls: int, device: torch.device, check_offsets: bool
+        self, num_ssu_calls: int, device: torch.device
     ) -> SeedPrefetch | str:
         return _seed_prefetch(
-            self, num_ssu_calls, device, self._plan, self._make_drawer, check_offsets
+            self, num_ssu_calls, device, self._plan, self._make_drawer
         )
 
 
@@ -115,7 +111,6 @@ class ForwardContextSeedPrefetcher(baseline.ForwardContextSeedPrefetcher):
         is_micro_batched: Callable[[object], bool] = lambda forward: False,
         sync_plan: str | SyncPlan = "per_seed",
         drawer: str | SeedDrawer = "randint",
-        check_offsets: bool = False,
     ) -> None:
         self._make_drawer = drawer_factory(drawer)
         super().__init__(
@@ -124,7 +119,6 @@ class ForwardContextSeedPrefetcher(baseline.ForwardContextSeedPrefetcher):
             current_forward,
             is_micro_batched=is_micro_batched,
             sync_plan=resolve_sync_plan(sync_plan),
-            check_offsets=check_offsets,
         )
 
     def _seed_prefetch(
@@ -133,11 +127,8 @@ class ForwardContextSeedPrefetcher(baseline.ForwardContextSeedPrefetcher):
         device: torch.device,
         sync_plan: SyncPlan,
         drawer: Callable[[], SeedDrawer],
-        check_offsets: bool,
     ) -> SeedPrefetch | str:
-        return _seed_prefetch(
-            self, num_ssu_calls, device, sync_plan, self._make_drawer, check_offsets
-        )
+        return _seed_prefetch(self, num_ssu_calls, device, sync_plan, self._make_drawer)
 
 
 class ForwardHooks(hooks.ForwardHooks):

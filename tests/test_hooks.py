@@ -54,20 +54,13 @@ def test_begin_in_order_end_in_reverse_order() -> None:
     assert hooks.current is None
 
 
-def test_register_refuses_non_hooks_and_changes_nothing() -> None:
-    hooks = ForwardHooks()
-    with pytest.raises(TypeError, match="not a forward hook"):
-        hooks.register(object())  # type: ignore[arg-type]
-    assert not hooks.active
-
-
 def test_a_handle_removes_its_hook() -> None:
     log: list[tuple[str, str, ForwardInfo]] = []
     hooks = ForwardHooks()
     assert not hooks.active
     first = hooks.register(Recorder("a", log))
     hooks.register(Recorder("b", log))
-    assert hooks.active and first.hook.name == "a"
+    assert hooks.active
     first.remove()
     first.remove()  # a second remove does nothing
     info = ForwardInfo(runs_ssu=True)
@@ -88,16 +81,17 @@ def test_no_hook_left_means_inactive() -> None:
         assert hooks.current is None
 
 
-def test_a_hook_is_not_removed_mid_forward() -> None:
+def test_a_hook_removed_mid_forward_still_ends_it() -> None:
+    log: list[tuple[str, str, ForwardInfo]] = []
     hooks = ForwardHooks()
-    handle = hooks.register(Recorder("a", []))
-    with (
-        hooks.forward(ForwardInfo(runs_ssu=False)),
-        pytest.raises(RuntimeError, match="cannot be removed while"),
-    ):
+    handle = hooks.register(Recorder("a", log))
+    with hooks.forward(ForwardInfo(runs_ssu=False)):
         handle.remove()
-    handle.remove()
+    assert [entry[:2] for entry in log] == [("begin", "a"), ("end", "a")]
     assert not hooks.active
+    with hooks.forward(ForwardInfo(runs_ssu=False)):
+        pass
+    assert len(log) == 2
 
 
 def test_end_runs_when_the_body_raises_and_the_error_propagates() -> None:

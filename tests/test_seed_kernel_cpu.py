@@ -1,14 +1,12 @@
 """The seed kernel's failure modes, and its input checks, without a GPU.
 
-Each missing piece (device, CUDA build of torch, nvcc, compiler, ninja) and a
-compiler error must surface as `SeedKernelUnavailable` with a message that says
+Each missing piece (device, CUDA build of torch, the toolchain, the source) and
+a compiler error must surface as `SeedKernelUnavailable` with a message that says
 what to fix, so a runner can fall back to stock draws and tell the user why.
 """
 
 from __future__ import annotations
 
-import re
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -51,42 +49,28 @@ def test_cpu_only_torch(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture
 def toolchain(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
-    """A CUDA torch, a CUDA_HOME with nvcc, a C++ compiler and ninja, as the checks see them."""
-    nvcc = tmp_path / "bin" / "nvcc"
-    nvcc.parent.mkdir()
-    nvcc.touch()
+    """A CUDA build of torch with CUDA_HOME at a scratch directory."""
     monkeypatch.setattr(torch.version, "cuda", "13.0")
     monkeypatch.setattr(cpp_extension, "CUDA_HOME", str(tmp_path))
-    monkeypatch.setattr(shutil, "which", lambda name: f"/usr/bin/{name}")
-    monkeypatch.setattr(cpp_extension, "is_ninja_available", lambda: True)
     return tmp_path
 
 
-def test_no_cuda_home(toolchain: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(cpp_extension, "CUDA_HOME", None)
-    with pytest.raises(SeedKernelUnavailable, match=r"nvcc not found .*set CUDA_HOME"):
+def test_missing_toolchain_says_what_it_needs(
+    toolchain: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """torch's own errors for a missing CUDA_HOME, nvcc or ninja surface with the fix."""
+
+    def fail(**kwargs: object) -> None:
+        raise OSError(
+            "CUDA_HOME environment variable is not set. Please set it to your CUDA install root."
+        )
+
+    monkeypatch.setattr(cpp_extension, "load", fail)
+    with pytest.raises(SeedKernelUnavailable) as raised:
         seed_kernel.build_library(H200)
-
-
-def test_no_nvcc(toolchain: Path) -> None:
-    (toolchain / "bin" / "nvcc").unlink()
-    with pytest.raises(
-        SeedKernelUnavailable, match=re.escape(f"nvcc not found (CUDA_HOME={toolchain})")
-    ):
-        seed_kernel.build_library(H200)
-
-
-def test_no_compiler(toolchain: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("CXX", "g++-99")
-    monkeypatch.setattr(shutil, "which", lambda name: None)
-    with pytest.raises(SeedKernelUnavailable, match=re.escape("no C++ compiler: 'g++-99'")):
-        seed_kernel.build_library(H200)
-
-
-def test_no_ninja(toolchain: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(cpp_extension, "is_ninja_available", lambda: False)
-    with pytest.raises(SeedKernelUnavailable, match="ninja not found; install ninja"):
-        seed_kernel.build_library(H200)
+    message = str(raised.value)
+    assert "it needs nvcc, a C++ compiler and ninja" in message
+    assert "CUDA_HOME environment variable is not set" in message
 
 
 def test_missing_cuda_source(toolchain: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -106,7 +90,7 @@ def test_build_error_shows_the_compiler_errors(
     with pytest.raises(SeedKernelUnavailable) as raised:
         seed_kernel.build_library(H200)
     message = str(raised.value)
-    assert message.startswith(f"building stock_seeds.cu (CUDA_HOME={toolchain}) failed:\n")
+    assert message.startswith(f"building stock_seeds.cu (CUDA_HOME={toolchain}) failed; ")
     assert 'stock_seeds.cu(87): error: class "at::CUDAGeneratorImpl" has no member' in message
     assert "1 error detected" in message
     assert "[1/2]" not in message

@@ -45,17 +45,15 @@ class ForwardContextSeedPrefetcher:
         is_micro_batched: Callable[[object], bool] = lambda forward: False,
         sync_plan: SyncPlan = PER_SEED,
         drawer: Callable[[], SeedDrawer] = RandintDrawer,
-        check_offsets: bool = False,
     ) -> None:
         cuda = cuda_device(device, num_ssu_calls)
         made = (
             NO_CUDA
             if cuda is None
-            else self._seed_prefetch(
-                num_ssu_calls, cuda, sync_plan, drawer, check_offsets
-            )
+            else self._seed_prefetch(num_ssu_calls, cuda, sync_plan, drawer)
         )
-        self._prefetch = None if isinstance(made, str) else made
+        self.prefetch = None if isinstance(made, str) else made
+        """The drawing machinery, or None while inactive."""
         self.inactive_reason = made if isinstance(made, str) else None
         self._current_forward = current_forward
         self._is_micro_batched = is_micro_batched
@@ -68,20 +66,12 @@ class ForwardContextSeedPrefetcher:
         device: torch.device,
         sync_plan: SyncPlan,
         drawer: Callable[[], SeedDrawer],
-        check_offsets: bool,
     ) -> SeedPrefetch | str:
         owner = type(self).__name__
-        return SideStreamSeedPrefetch(
-            owner, num_ssu_calls, device, drawer(), sync_plan, check_offsets
-        )
-
-    @property
-    def prefetch(self) -> SeedPrefetch | None:
-        """The drawing machinery, or None while inactive."""
-        return self._prefetch
+        return SideStreamSeedPrefetch(owner, num_ssu_calls, device, drawer(), sync_plan)
 
     def next_seed(self) -> torch.Tensor | None:
-        if self._prefetch is None:
+        if self.prefetch is None:
             return None
         forward = self._current_forward()
         if forward is None:
@@ -96,6 +86,6 @@ class ForwardContextSeedPrefetcher:
         previous, self._batch = self._batch, None
         self._forward = weakref.ref(forward)
         if previous is not None:
-            self._prefetch.finish(previous)  # type: ignore[union-attr]
+            self.prefetch.finish(previous)  # type: ignore[union-attr]
         if not self._is_micro_batched(forward):
-            self._batch = self._prefetch.schedule()  # type: ignore[union-attr]
+            self._batch = self.prefetch.schedule()  # type: ignore[union-attr]

@@ -28,7 +28,6 @@ from dataclasses import dataclass
 import torch
 
 from ..core.prefetch import (
-    GeneratorOffsetCheck,
     IncompleteSeedBatchError,
     SeedBatch,
     SeedBuffer,
@@ -90,10 +89,9 @@ class SideStreamSeedBatch(SeedBatch):
         buffer: SideStreamBuffer,
         device_index: int,
         under_capture: bool,
-        check: GeneratorOffsetCheck | None,
         stream: torch.cuda.Stream,
     ) -> None:
-        super().__init__(owner, buffer, device_index, under_capture, check)
+        super().__init__(owner, buffer, device_index, under_capture)
         self._buffer = buffer
         self.stream = stream
 
@@ -125,13 +123,12 @@ class SideStreamSeedPrefetch(SeedPrefetch):
         device: torch.device,
         drawer: SeedDrawer,
         plan: SyncPlan,
-        check_offsets: bool = False,
     ) -> None:
         self.plan = plan
         self._segments = plan.segments(num_seeds)
         self._side_stream = torch.cuda.Stream(device)
         self._fork = torch.cuda.Event()
-        super().__init__(owner, num_seeds, device, drawer, check_offsets)
+        super().__init__(owner, num_seeds, device, drawer)
         self._eager_buffer.whole.record_stream(self._side_stream)
 
     def _new_buffer(self) -> SideStreamBuffer:
@@ -164,9 +161,8 @@ class SideStreamSeedPrefetch(SeedPrefetch):
             for segment, event in zip(buffer.segments, buffer.events, strict=True):
                 self.drawer.draw(segment)
                 event.record(side_stream)
-        check = None if under_capture else self._check
         return SideStreamSeedBatch(
-            self.owner, buffer, self._device_index, under_capture, check, stream
+            self.owner, buffer, self._device_index, under_capture, stream
         )
 
     def finish(self, batch: SeedBatch) -> None:

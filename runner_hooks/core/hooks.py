@@ -5,10 +5,13 @@
 from __future__ import annotations
 
 import logging
+from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import ClassVar, Protocol
+
+from torch.utils.hooks import RemovableHandle
 
 logger = logging.getLogger(__name__)
 
@@ -44,31 +47,21 @@ class ForwardHooks:
     UNHOOKED: ClassVar[AbstractContextManager[None]] = nullcontext()
 
     def __init__(self) -> None:
-        self._hooks: list[ForwardHook] = []
+        # An OrderedDict: RemovableHandle holds a weakref to it.
+        self._hooks: OrderedDict[int, ForwardHook] = OrderedDict()
         self._current: ForwardInfo | None = None
-        # Whether a hook is registered: runners build a ForwardInfo only then.
-        self.active = False
 
-    def register(self, hook: ForwardHook) -> ForwardHookHandle:
-        """Adds `hook`; the handle's `remove()` takes it out again."""
-        if not callable(getattr(hook, "on_forward_begin", None)) or not callable(
-            getattr(hook, "on_forward_end", None)
-        ):
-            raise TypeError(
-                f"{type(hook).__name__} is not a forward hook: it needs "
-                "on_forward_begin(info) and on_forward_end(info)"
-            )
-        self._hooks.append(hook)
-        self.active = True
-        return ForwardHookHandle(self, hook)
+    @property
+    def active(self) -> bool:
+        """Whether a hook is registered: runners build a ForwardInfo only then."""
+        return bool(self._hooks)
 
-    def _remove(self, hook: ForwardHook) -> None:
-        if self._current is not None:
-            raise RuntimeError(
-                f"a hook cannot be removed while forward({self._current}) is open"
-            )
-        self._hooks = [h for h in self._hooks if h is not hook]
-        self.active = bool(self._hooks)
+    def register(self, hook: ForwardHook) -> RemovableHandle:
+        """Adds `hook`; the handle's `remove()` takes it out again (a hook
+        removed mid-forward still ends that forward)."""
+        handle = RemovableHandle(self._hooks)
+        self._hooks[handle.id] = hook
+        return handle
 
     @property
     def current(self) -> ForwardInfo | None:
@@ -94,7 +87,7 @@ class ForwardHooks:
         self._current = info
         begun: list[ForwardHook] = []
         try:
-            for hook in self._hooks:
+            for hook in tuple(self._hooks.values()):
                 hook.on_forward_begin(info)
                 begun.append(hook)
             yield
@@ -123,19 +116,3 @@ class ForwardHooks:
             except Exception as error:
                 errors.append((hook, error))
         return errors
-
-
-class ForwardHookHandle:
-    """Returned by `ForwardHooks.register`: `remove()` unregisters the hook."""
-
-    __slots__ = ("_hooks", "hook")
-
-    def __init__(self, hooks: ForwardHooks, hook: ForwardHook) -> None:
-        self._hooks: ForwardHooks | None = hooks
-        self.hook = hook
-
-    def remove(self) -> None:
-        """Unregisters the hook (refused mid-forward); again, does nothing."""
-        if self._hooks is not None:
-            self._hooks._remove(self.hook)
-            self._hooks = None

@@ -4,8 +4,7 @@
 
 Race-free with CUDA stream order and events only:
 - Values: the drawer advances the CUDA generator as the N stock draws would, so
-  seed k is stock's k-th, unless something else draws between Mamba layers
-  (`check_offsets` checks eager forwards).
+  seed k is stock's k-th while nothing else draws from it between Mamba layers.
 - Seeds before readers: a forward's draws are enqueued on its stream as it
   begins, and its consumers run on that stream (`take` refuses others).
 - The eager buffer, shared by eager forwards: a forward on another stream than
@@ -43,15 +42,16 @@ class WrongStreamError(RuntimeError):
 
 
 class SeedDrawer(Protocol):
+    """Fills `out` with len(out) stock draws' values, on the current stream."""
+
     name: str
 
-    def draw(self, out: torch.Tensor) -> None:
-        """Fills `out` with len(out) stock draws' values, on the current stream."""
+    def draw(self, out: torch.Tensor) -> None: ...
 
 
 def cuda_device(device: torch.device | str, num_seeds: int) -> torch.device | None:
     """The CUDA device to prefetch `num_seeds` seeds on, or None without CUDA."""
-    if isinstance(num_seeds, bool) or not isinstance(num_seeds, int) or num_seeds < 1:
+    if type(num_seeds) is not int or num_seeds < 1:
         raise ValueError(f"num_ssu_calls must be a positive int, got {num_seeds!r}")
     device = torch.device(device)
     if device.type != "cuda" or not torch.cuda.is_available():
@@ -61,46 +61,17 @@ def cuda_device(device: torch.device | str, num_seeds: int) -> torch.device | No
     return device
 
 
-class GeneratorOffsetCheck:
-    """Warns once if the CUDA generator moved between the draws and a seed's use."""
-
-    def __init__(self, owner: str, device_index: int) -> None:
-        self._owner = owner
-        self._generator = torch.cuda.default_generators[device_index]
-        self._warned = False
-
-    def offset(self) -> int:
-        return self._generator.get_offset()
-
-    def verify(self, expected: int, seed_index: int) -> int:
-        now = self._generator.get_offset()
-        if now != expected and not self._warned:
-            self._warned = True
-            logger.warning(
-                "%s: something drew from the CUDA generator between a forward's "
-                "seed draws and its Mamba SSU call %d (as "
-                "VLLM_MOE_ROUTING_SIMULATION_STRATEGY does), so its seeds are not "
-                "stock's. Unset VLLM_MAMBA_SR_SEED_PREFETCH for stock's seeds.",
-                self._owner,
-                seed_index,
-            )
-        return now
-
-
 @dataclass(frozen=True, eq=False)
 class SeedBuffer:
     whole: torch.Tensor
-    seeds: tuple[torch.Tensor, ...]
-    """One-element views of `whole`, one per seed, handed to the SSU."""
+    seeds: tuple[torch.Tensor, ...]  # one-element views of `whole`, one per seed
 
 
 class SeedBatch:
     """The seeds of one forward, handed out in order by `take`."""
 
     __slots__ = (
-        "_check",
         "_device_index",
-        "_expected",
         "_owner",
         "_seeds",
         "_stream_handle",
@@ -109,20 +80,13 @@ class SeedBatch:
     )
 
     def __init__(
-        self,
-        owner: str,
-        buffer: SeedBuffer,
-        device_index: int,
-        under_capture: bool,
-        check: GeneratorOffsetCheck | None,
+        self, owner: str, buffer: SeedBuffer, device_index: int, under_capture: bool
     ) -> None:
         self._owner = owner
         self._seeds = buffer.seeds
         self._device_index = device_index
         self._stream_handle = _current_stream_handle(device_index)  # type: ignore[misc]
         self.under_capture = under_capture
-        self._check = check
-        self._expected = check.offset() if check is not None else 0
         self.consumed = 0
 
     def take(self) -> torch.Tensor | None:
@@ -137,8 +101,6 @@ class SeedBatch:
                 f"but its forward began on stream {self._stream_handle:#x}; all "
                 "SSU calls of a forward must run on the stream it began on"
             )
-        if self._check is not None:
-            self._expected = self._check.verify(self._expected, k)
         self.consumed = k + 1
         return self._seeds[k]
 
@@ -151,12 +113,7 @@ class SeedPrefetch:
     """Draws each forward's N seeds on the forward's stream as it begins."""
 
     def __init__(
-        self,
-        owner: str,
-        num_seeds: int,
-        device: torch.device,
-        drawer: SeedDrawer,
-        check_offsets: bool = False,
+        self, owner: str, num_seeds: int, device: torch.device, drawer: SeedDrawer
     ) -> None:
         self.owner = owner
         self.num_seeds = num_seeds
@@ -169,9 +126,6 @@ class SeedPrefetch:
         self._eager_stream_handle: int | None = None
         self._handover = torch.cuda.Event()
         self._warned_unconsumed = False
-        self._check = (
-            GeneratorOffsetCheck(owner, device.index) if check_offsets else None
-        )
 
     def _new_buffer(self) -> SeedBuffer:
         whole = torch.empty(self.num_seeds, dtype=torch.int64, device=self.device)
@@ -198,19 +152,12 @@ class SeedPrefetch:
         return self._draw(self._eager_buffer, self._hand_over(), False)
 
     def _draw(
-        self,
-        buffer: SeedBuffer,
-        handover: torch.cuda.Event | None,
-        under_capture: bool,
+        self, buffer: SeedBuffer, handover: torch.cuda.Event | None, under_capture: bool
     ) -> SeedBatch:
         if handover is not None:
             handover.wait()
         self.drawer.draw(buffer.whole)
-        return self._batch(buffer, under_capture)
-
-    def _batch(self, buffer: SeedBuffer, under_capture: bool) -> SeedBatch:
-        check = None if under_capture else self._check
-        return SeedBatch(self.owner, buffer, self._device_index, under_capture, check)
+        return SeedBatch(self.owner, buffer, self._device_index, under_capture)
 
     def finish(self, batch: SeedBatch) -> None:
         """Closes a forward; reports a batch that was not fully consumed."""

@@ -15,7 +15,6 @@ from .prefetch import NO_CUDA, SeedBatch, SeedDrawer, SeedPrefetch, cuda_device
 @functools.cache
 def kernel_drawer() -> SeedDrawer | str:
     """The one-kernel drawer, built once per process; else why it cannot be."""
-    # Imported here: the build machinery loads only where a prefetcher is made.
     from .seed_kernel import KernelDrawer, SeedKernelUnavailable
 
     try:
@@ -27,53 +26,38 @@ def kernel_drawer() -> SeedDrawer | str:
 class SRSeedPrefetcher:
     """A forward hook that draws each forward's N seeds as it begins.
 
-    The k-th `next_seed()` of a forward returns seed k. A FULL graph draws at
-    its first `next_seed()`, inside the capture; a replay draws in the graph.
-    None (the caller draws inline, as stock) outside a forward, for forwards
-    that do not run the SSU or are micro-batched, beyond N calls, while
-    inactive (`inactive_reason`), and under capture for seeds not drawn in it.
+    The k-th `next_seed()` of a forward returns seed k; a FULL graph draws at
+    its first one, inside the capture. None (the caller draws inline, as
+    stock) outside a forward, for forwards that do not run the SSU or are
+    micro-batched, beyond N calls, while inactive (`inactive_reason`), and
+    under capture for seeds not drawn in it.
     """
 
-    def __init__(
-        self,
-        num_ssu_calls: int,
-        device: torch.device | str,
-        *,
-        check_offsets: bool = False,
-    ) -> None:
+    def __init__(self, num_ssu_calls: int, device: torch.device | str) -> None:
         cuda = cuda_device(device, num_ssu_calls)
-        made = (
-            NO_CUDA
-            if cuda is None
-            else self._seed_prefetch(num_ssu_calls, cuda, check_offsets)
-        )
-        self._prefetch = None if isinstance(made, str) else made
+        made = NO_CUDA if cuda is None else self._seed_prefetch(num_ssu_calls, cuda)
+        self.prefetch = None if isinstance(made, str) else made
+        """The drawing machinery, or None while inactive."""
         self.inactive_reason = made if isinstance(made, str) else None
         self._batch: SeedBatch | None = None
         self._draw_at_first_seed = False
 
     def _seed_prefetch(
-        self, num_ssu_calls: int, device: torch.device, check_offsets: bool
+        self, num_ssu_calls: int, device: torch.device
     ) -> SeedPrefetch | str:
         drawer = kernel_drawer()
         if isinstance(drawer, str):
             return drawer
-        owner = type(self).__name__
-        return SeedPrefetch(owner, num_ssu_calls, device, drawer, check_offsets)
-
-    @property
-    def prefetch(self) -> SeedPrefetch | None:
-        """The drawing machinery, or None while inactive."""
-        return self._prefetch
+        return SeedPrefetch(type(self).__name__, num_ssu_calls, device, drawer)
 
     def on_forward_begin(self, info: ForwardInfo) -> None:
         self._batch, self._draw_at_first_seed = None, False
-        if self._prefetch is None or not info.runs_ssu or info.micro_batched:
+        if self.prefetch is None or not info.runs_ssu or info.micro_batched:
             return
         if info.full_cudagraph:
             self._draw_at_first_seed = True
         else:
-            self._batch = self._prefetch.schedule()
+            self._batch = self.prefetch.schedule()
 
     def next_seed(self) -> torch.Tensor | None:
         batch = self._batch
@@ -81,10 +65,10 @@ class SRSeedPrefetcher:
             if not self._draw_at_first_seed:
                 return None
             self._draw_at_first_seed = False
-            batch = self._batch = self._prefetch.schedule()  # type: ignore[union-attr]
+            batch = self._batch = self.prefetch.schedule()  # type: ignore[union-attr]
         return batch.take()
 
     def on_forward_end(self, info: ForwardInfo) -> None:
         batch, self._batch, self._draw_at_first_seed = self._batch, None, False
         if batch is not None:
-            self._prefetch.finish(batch)  # type: ignore[union-attr]
+            self.prefetch.finish(batch)  # type: ignore[union-attr]

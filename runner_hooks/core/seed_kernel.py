@@ -2,16 +2,13 @@
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM project
 """N stock-identical seeds from one kernel launch (csrc/stock_seeds.cu).
 
-The op reserves a forward's 4*N Philox offsets of the device's default CUDA
-generator at once and computes the N values of N stock draws. It is compiled
-on first use with `torch.utils.cpp_extension` into torch's extension cache.
+The op is compiled on first use with `torch.utils.cpp_extension` into torch's
+extension cache.
 """
 
 from __future__ import annotations
 
 import hashlib
-import os
-import shutil
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -22,16 +19,6 @@ from torch.utils import cpp_extension
 SOURCE = Path(__file__).with_name("csrc") / "stock_seeds.cu"
 OP_NAMESPACE = "runner_hooks"
 """The op's torch.ops namespace, given to the source as SR_SEED_OP_NAMESPACE."""
-
-_ERROR_WORDS = (
-    "error",
-    "fatal",
-    "not found",
-    "cannot find",
-    "no such file",
-    "undefined",
-)
-_ERROR_LINES_SHOWN = 10
 
 _lock = threading.Lock()
 _op: Callable[[torch.Tensor], None] | None = None
@@ -44,27 +31,13 @@ class SeedKernelUnavailable(RuntimeError):
 def build_library(capabilities: Sequence[tuple[int, int]]) -> Path:
     """Builds the op for `capabilities` unless cached, loads it, returns its path.
 
-    Needs nvcc and a C++ compiler, not a device. The build's name hashes the
-    source, torch's version, the architectures and the namespace.
+    Needs nvcc, a C++ compiler and ninja, not a device.
     """
     if torch.version.cuda is None:
         raise SeedKernelUnavailable(
             f"torch {torch.__version__} was built without CUDA; "
             "install a CUDA build of torch"
         )
-    cuda_home = cpp_extension.CUDA_HOME
-    if cuda_home is None or not Path(cuda_home, "bin", "nvcc").exists():
-        raise SeedKernelUnavailable(
-            f"nvcc not found (CUDA_HOME={cuda_home}); install the CUDA toolkit "
-            f"of torch's CUDA {torch.version.cuda} and set CUDA_HOME to it"
-        )
-    compiler = os.environ.get("CXX", "c++")
-    if shutil.which(compiler) is None:
-        raise SeedKernelUnavailable(
-            f"no C++ compiler: {compiler!r} is not on PATH; install g++ or set CXX"
-        )
-    if not cpp_extension.is_ninja_available():
-        raise SeedKernelUnavailable("ninja not found; install ninja")
     if not SOURCE.is_file():
         raise SeedKernelUnavailable(
             f"{SOURCE} is missing: this installation lacks the op's CUDA source"
@@ -82,14 +55,18 @@ def build_library(capabilities: Sequence[tuple[int, int]]) -> Path:
                 "-O3",
                 f"-DSR_SEED_OP_NAMESPACE={OP_NAMESPACE}",
                 *(f"-gencode=arch=compute_{arch},code=sm_{arch}" for arch in archs),
-                *_curand_include_flags(cuda_home),
+                *_curand_include_flags(),
             ],
             is_python_module=False,
         )
     except (RuntimeError, OSError) as error:
+        lines = str(error).splitlines()
+        # lines[0] is torch's prefix glued to ninja's first command.
+        errors = [line for line in lines[1:] if "error" in line.lower()]
         raise SeedKernelUnavailable(
-            f"building {SOURCE.name} (CUDA_HOME={cuda_home}) failed:\n"
-            + _error_lines(str(error))
+            f"building {SOURCE.name} (CUDA_HOME={cpp_extension.CUDA_HOME}) failed; "
+            "it needs nvcc, a C++ compiler and ninja:\n"
+            + "\n".join((errors or lines)[:10])
         ) from error
     return Path(library)
 
@@ -126,29 +103,16 @@ class KernelDrawer:
         self._op(out)
 
 
-def _curand_include_flags(cuda_home: str) -> list[str]:
+def _curand_include_flags() -> list[str]:
     """`-isystem` for the nvidia-curand wheel's headers if the toolkit lacks them."""
-    if Path(cuda_home, "include", "curand_kernel.h").exists():
+    cuda_home = cpp_extension.CUDA_HOME
+    if cuda_home is None or Path(cuda_home, "include", "curand_kernel.h").exists():
         return []
     try:
         import nvidia  # type: ignore[import-not-found]
     except ImportError:
         return []
-    headers = (
-        header
-        for root in nvidia.__path__
-        for header in Path(root).glob("*/include/curand_kernel.h")
-    )
-    header = next(headers, None)
-    return [] if header is None else ["-isystem", str(header.parent)]
-
-
-def _error_lines(message: str) -> str:
-    """The lines of a failed build that say what broke (all lines if none)."""
-    lines = message.splitlines()
-    errors = [
-        line
-        for line in lines[1:]  # torch's prefix glued to ninja's first command
-        if any(word in line.lower() for word in _ERROR_WORDS)
-    ]
-    return "\n".join((errors or lines)[:_ERROR_LINES_SHOWN])
+    for root in nvidia.__path__:
+        for header in Path(root).glob("*/include/curand_kernel.h"):
+            return ["-isystem", str(header.parent)]
+    return []

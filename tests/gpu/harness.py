@@ -49,7 +49,6 @@ class Runner:
         drawer: str = "randint",
         num_layers: int = NUM_LAYERS,
         batch_size: int = 1,
-        check_offsets: bool = False,
     ) -> None:
         self.device = torch.device("cuda", torch.cuda.current_device())
         self.num_layers = num_layers
@@ -62,7 +61,6 @@ class Runner:
                 self.device,
                 sync_plan=sync_plan,
                 drawer=drawer,
-                check_offsets=check_offsets,
             )
             self.hooks.register(self.prefetcher)
         elif design == "baseline":
@@ -73,7 +71,6 @@ class Runner:
                 is_micro_batched=lambda forward: forward.info.micro_batched,  # type: ignore[attr-defined]
                 sync_plan=sync_plan or "per_seed",
                 drawer=drawer,
-                check_offsets=check_offsets,
             )
         else:
             assert design is None, design

@@ -1,5 +1,6 @@
 """Eager forwards on the legacy default stream and on pool streams, and a body's
-exception under a capture the hooks enclose.
+exception under a capture the hooks enclose; and the eager buffer's lifetime when
+its prefetcher is replaced.
 
 The legacy default stream's raw handle is 0, and torch's pool streams are
 non-blocking, so nothing but the handover orders a forward on one after a
@@ -19,7 +20,7 @@ import torch
 from runner_hooks import SYNC_PLANS
 from runner_hooks.core import prefetch as prefetch_module
 
-from .harness import DECODE, Runner, assert_same_seeds, require_drawer, run_both
+from .harness import DECODE, NUM_LAYERS, Runner, assert_same_seeds, require_drawer, run_both
 from .test_capture_failures import run_script
 
 pytestmark = pytest.mark.gpu
@@ -138,3 +139,52 @@ def test_the_capture_test_fails_without_the_rule() -> None:
     # so the side stream is not joined when the capture ends.
     raised, stderr = run_script(CAPTURE_RAISES, "per_seed", "randint", "core")
     assert isinstance(raised, list) and raised[0] != "KeyError", (raised, stderr)
+
+
+def seeds_read_after_the_prefetcher_is_replaced(sync_plan: str, drawer: str) -> list[int]:
+    """A forward on a pool stream reads its seeds after a stall; meanwhile the
+    prefetcher is dropped (as a KV-cache init replaces it) and the default stream
+    fills new tensors of the eager buffer's size with -1."""
+    from runner_hooks import ForwardHooks, SRSeedPrefetcher
+
+    device = torch.device("cuda", torch.cuda.current_device())
+    out = torch.zeros(NUM_LAYERS, dtype=torch.int64, device=device)
+    pool = torch.cuda.Stream()
+    hooks = ForwardHooks()
+    prefetcher = SRSeedPrefetcher(NUM_LAYERS, device, sync_plan=sync_plan, drawer=drawer)
+    handle = hooks.register(prefetcher)
+    with torch.cuda.stream(pool), hooks.forward(DECODE):
+        torch.cuda._sleep(64 * STALL)
+        for k in range(NUM_LAYERS):
+            seed = prefetcher.next_seed()
+            assert seed is not None
+            out[k : k + 1].copy_(seed)
+    handle.remove()
+    del prefetcher, handle, hooks, seed  # no cycle: freed here, while the pool stream sleeps
+    junk = [torch.full((NUM_LAYERS,), -1, dtype=torch.int64, device=device) for _ in range(64)]
+    torch.cuda.synchronize()
+    del junk
+    return out.tolist()
+
+
+def stock_seeds_from(state: torch.Tensor) -> list[int]:
+    torch.cuda.set_rng_state(state)
+    return [int(torch.randint(0, 2**32, (1,), device="cuda")) for _ in range(NUM_LAYERS)]
+
+
+@pytest.mark.parametrize("sync_plan", sorted(SYNC_PLANS))
+def test_the_eager_buffer_outlives_its_readers_when_replaced(sync_plan: str, drawer: str) -> None:
+    with torch.cuda.stream(torch.cuda.default_stream()):
+        state = torch.cuda.get_rng_state()
+        read = seeds_read_after_the_prefetcher_is_replaced(sync_plan, drawer)
+        assert read == stock_seeds_from(state)
+
+
+def test_the_buffer_test_fails_without_record_stream(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The control: untied from the pool stream, the freed buffer is reused at once."""
+    monkeypatch.setattr(torch.Tensor, "record_stream", lambda self, stream: None)
+    with torch.cuda.stream(torch.cuda.default_stream()):
+        state = torch.cuda.get_rng_state()
+        read = seeds_read_after_the_prefetcher_is_replaced("current_stream", "randint")
+        assert read != stock_seeds_from(state)
+        assert -1 in read

@@ -26,7 +26,6 @@ def _attach_sr_seed_prefetcher(
         "cuda",
         current_forward=_current_forward_context,
         is_micro_batched=_in_micro_batch,
-        check_offsets=envs.VLLM_MAMBA_SR_SEED_CHECK,
     )
     inactive = _sr_seed_prefetcher.inactive_reason
     (logger.info_once if inactive is None else logger.warning_once)(

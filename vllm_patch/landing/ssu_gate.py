@@ -8,8 +8,7 @@
 
 
 def _mamba2_layer_names(kv_cache_config: KVCacheConfig) -> list[str]:
-    """This rank's Mamba-2 layers, each of which calls the SSU once per forward
-    whose batch has decode tokens."""
+    """This rank's Mamba-2 layers: N, the SSU calls of a forward."""
     return [
         layer_name
         for group in kv_cache_config.kv_cache_groups
@@ -28,6 +27,9 @@ def _sr_seed_prefetch_blocker(
         return "VLLM_MAMBA_SR_SEED_PREFETCH is not set"
     if not mamba_config.enable_stochastic_rounding:
         return "stochastic rounding is off"
+    if envs.VLLM_MOE_ROUTING_SIMULATION_STRATEGY:
+        # It draws from the CUDA generator between Mamba layers.
+        return "VLLM_MOE_ROUTING_SIMULATION_STRATEGY is set"
     if mamba_config.backend not in (
         MambaBackendEnum.FLASHINFER,
         MambaBackendEnum.TRITON,
@@ -50,9 +52,7 @@ def _sr_seed_prefetch_blocker(
 
 
 def _prefetched_sr_seed() -> torch.Tensor | None:
-    """This SSU call's prefetched stochastic-rounding seed, or None (no
-    prefetcher attached, or none for this call: outside a forward, beyond its
-    N calls, ...), where the caller draws inline exactly as stock."""
+    """This SSU call's prefetched seed, or None: the caller draws as stock."""
     if _sr_seed_prefetcher is None:
         return None
     return _sr_seed_prefetcher.next_seed()

@@ -3,9 +3,7 @@
 
 
 def _next_rand_seed(self, device: torch.device) -> torch.Tensor:
-    """This call's stochastic-rounding seed: the prefetched one when a
-    prefetcher is attached and has it, else drawn inline exactly as stock
-    (outside a forward, beyond the forward's N calls, ...)."""
+    """This call's seed: the prefetched one, else drawn inline as stock."""
     seed = _prefetched_sr_seed()
     if seed is not None:
         return seed

@@ -7,9 +7,8 @@ def _attach_sr_seed_prefetcher(
     kv_cache_config: KVCacheConfig,
     use_replayssm: bool = False,
 ) -> None:
-    """Attaches a seed prefetcher to the SSU backend where it applies, else
-    none. Runs for each KV cache config (memory profiling, then the real one),
-    so it replaces whatever the previous run attached."""
+    """Attaches a seed prefetcher where it applies, replacing the previous
+    one: this runs for each KV cache config (profiling, then the real one)."""
     global _sr_seed_prefetcher, _mamba2_probe_layer
     mamba2_layers = _mamba2_layer_names(kv_cache_config)
     _mamba2_probe_layer = mamba2_layers[0] if mamba2_layers else None
@@ -22,9 +21,7 @@ def _attach_sr_seed_prefetcher(
             )
         return
     num_layers = len(mamba2_layers)
-    _sr_seed_prefetcher = SRSeedPrefetcher(
-        num_layers, "cuda", check_offsets=envs.VLLM_MAMBA_SR_SEED_CHECK
-    )
+    _sr_seed_prefetcher = SRSeedPrefetcher(num_layers, "cuda")
     inactive = _sr_seed_prefetcher.inactive_reason
     (logger.info_once if inactive is None else logger.warning_once)(
         "Prefetching Mamba stochastic-rounding seeds for %d layers per forward "
@@ -36,24 +33,17 @@ def _attach_sr_seed_prefetcher(
     )
 
 
-def register_mamba_sr_seed_hook(hooks: ForwardHooks) -> ForwardHookHandle | None:
+def register_mamba_sr_seed_hook(hooks: ForwardHooks) -> None:
     """Registers the seed relay on a model runner's hooks if
-    VLLM_MAMBA_SR_SEED_PREFETCH is set, and returns its handle. Unset, it
-    registers nothing, so the runner's forwards take the no-hook path: no
-    ForwardInfo built, no hook called."""
-    if not envs.VLLM_MAMBA_SR_SEED_PREFETCH:
-        return None
-    return hooks.register(MambaSRSeedHook())
+    VLLM_MAMBA_SR_SEED_PREFETCH is set. Unset, the runner's forwards take the
+    no-hook path: no ForwardInfo built, no hook called."""
+    if envs.VLLM_MAMBA_SR_SEED_PREFETCH:
+        hooks.register(MambaSRSeedHook())
 
 
 class MambaSRSeedHook:
-    """Tells the attached seed prefetcher where each forward begins and ends.
-
-    A model runner registers one on its ForwardHooks as it is built. The
-    prefetcher behind it is replaced each time initialize_mamba_ssu_backend
-    runs (memory profiling, then the real KV cache), so the runner holds this
-    stable relay rather than the prefetcher itself.
-    """
+    """Relays a model runner's forwards to the attached seed prefetcher, which
+    each initialize_mamba_ssu_backend replaces."""
 
     def on_forward_begin(self, info: ForwardInfo) -> None:
         if _sr_seed_prefetcher is not None:
@@ -67,13 +57,9 @@ class MambaSRSeedHook:
 def batch_runs_mamba_ssu(
     attn_metadata: dict[str, Any] | list[Any] | None,
 ) -> bool:
-    """Whether a forward with this attention metadata calls the Mamba SSU.
-
-    MambaMixer2 calls it only when its batch has decode tokens: prefill-only
-    batches, and the profile run (no Mamba metadata), call it zero times. The
-    decode/prefill split belongs to the batch, so one Mamba-2 layer's metadata
-    tells for all. A list holds one dict per micro-batch.
-    """
+    """Whether a forward with this attention metadata (a list: one per
+    micro-batch) calls the Mamba SSU: MambaMixer2 does only for decode tokens,
+    and one Mamba-2 layer's metadata tells for all."""
     if _mamba2_probe_layer is None or attn_metadata is None:
         return False
     per_ubatch = attn_metadata if isinstance(attn_metadata, list) else [attn_metadata]

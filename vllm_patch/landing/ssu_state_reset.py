@@ -1,8 +1,7 @@
 # Lands in ssu_dispatch.py after `_mamba_ssu_backend`: the reset design's module state.
 
 
-# Hands FlashInferSSUBackend its pre-drawn stochastic-rounding seeds; attached
-# by initialize_mamba_ssu_backend where VLLM_MAMBA_SR_SEED_PREFETCH applies.
+# Hands the SSU calls their pre-drawn seeds (VLLM_MAMBA_SR_SEED_PREFETCH).
 _sr_seed_prefetcher: SRSeedPrefetcher | None = None
 # A Mamba-2 layer of the KV cache config, whose attention metadata tells
 # batch_runs_mamba_ssu whether a batch has decode tokens.

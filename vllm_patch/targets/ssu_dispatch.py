@@ -240,7 +240,7 @@ def operations(design: Design) -> FileOperations:
                 code="from typing import Any\n",
             ),
             _import_line(
-                f"from {VENDORED_MODULE} import (\n    ForwardHookHandle,\n    ForwardHooks,\n"
+                f"from {VENDORED_MODULE} import (\n    ForwardHooks,\n"
                 "    ForwardInfo,\n    SRSeedPrefetcher,\n)\n",
                 "import the vendored hook contract and prefetcher",
                 "vllm.logger",

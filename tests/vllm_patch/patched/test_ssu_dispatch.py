@@ -91,6 +91,7 @@ def test_it_engages_when_every_condition_holds_with_n_mamba2_layers(
 OFF_CASES = {
     "env_var_unset": "VLLM_MAMBA_SR_SEED_PREFETCH is not set",
     "stochastic_rounding_off": "stochastic rounding is off",
+    "moe_routing_simulation": "VLLM_MOE_ROUTING_SIMULATION_STRATEGY is set",
     "not_cuda": "the platform is not CUDA",
     "mamba1_layers": "the model has Mamba-1 layers",
 }
@@ -109,6 +110,8 @@ def test_each_condition_turns_it_off(
         monkeypatch.delenv("VLLM_MAMBA_SR_SEED_PREFETCH")
     if case == "not_cuda":
         monkeypatch.setattr(current_platform, "is_cuda", lambda: False)
+    if case == "moe_routing_simulation":
+        monkeypatch.setenv("VLLM_MOE_ROUTING_SIMULATION_STRATEGY", "uniform_random")
     ssu_dispatch.initialize_mamba_ssu_backend(config, kv_config)
     assert engaged == []
     unused = [f"VLLM_MAMBA_SR_SEED_PREFETCH is set but unused: {OFF_CASES[case]}."]
@@ -473,13 +476,12 @@ def test_the_seed_hook_is_registered_only_with_the_flag(monkeypatch: pytest.Monk
 
     hooks = ForwardHooks()
     monkeypatch.delenv("VLLM_MAMBA_SR_SEED_PREFETCH", raising=False)
-    assert ssu_dispatch.register_mamba_sr_seed_hook(hooks) is None
+    ssu_dispatch.register_mamba_sr_seed_hook(hooks)
     assert not hooks.active
     monkeypatch.setenv("VLLM_MAMBA_SR_SEED_PREFETCH", "1")
-    handle = ssu_dispatch.register_mamba_sr_seed_hook(hooks)
-    assert hooks.active and isinstance(handle.hook, ssu_dispatch.MambaSRSeedHook)
-    handle.remove()
-    assert not hooks.active
+    ssu_dispatch.register_mamba_sr_seed_hook(hooks)
+    assert hooks.active
+    assert [type(hook) for hook in hooks._hooks.values()] == [ssu_dispatch.MambaSRSeedHook]
 
 
 @only_in("forward-context")
