@@ -210,16 +210,59 @@ MULTICAST_OFF_ENV = {
 
 SEED = 0
 BATCH_SIZES = (1, 2, 4, 8)
+
+
+@dataclass(frozen=True)
+class Serving:
+    """An engine's serving options beyond engine_kwargs' common ones: MTP
+    speculative decoding, async scheduling, prefix caching (Mamba cache in
+    align mode)."""
+
+    name: str
+    what: str
+    # MTP drafts per verify step (vLLM's speculative_config
+    # num_speculative_tokens); 0: no speculative decoding.
+    speculative_tokens: int = 0
+    # vLLM 0.26.0 turns async scheduling on by default, MTP included.
+    async_scheduling: bool = True
+    prefix_caching: bool = False
+
+
+PLAIN = Serving("plain", "vLLM 0.26.0's defaults: async scheduling, no MTP, no prefix caching")
+SERVINGS: tuple[Serving, ...] = (
+    PLAIN,
+    Serving("sync", "async scheduling off", async_scheduling=False),
+    Serving("mtp3", "MTP, 3 speculative tokens", speculative_tokens=3),
+    Serving("mtp7", "MTP, 7 speculative tokens", speculative_tokens=7),
+    Serving("prefix", "prefix caching, Mamba cache in align mode", prefix_caching=True),
+    Serving(
+        "seed-serving",
+        "the seed document's: MTP with 7 speculative tokens, async scheduling, "
+        "prefix caching in align mode",
+        speculative_tokens=7,
+        prefix_caching=True,
+    ),
+)
+SERVING_BY_NAME = {serving.name: serving for serving in SERVINGS}
+# Prefix caching in align mode caches a Mamba state only at a block boundary
+# that a step ends on, and needs max_num_batched_tokens >= the block (the
+# attention block that holds one Mamba state: 1056-1136 tokens for
+# model.model_config(), the MTP configs' conv state being longer).
+PREFIX_MAX_NUM_BATCHED_TOKENS = 2048
+PREFIX_MAX_MODEL_LEN = 4096
 # vLLM's GPU worker, set up for the arm first (worker.prepare_rank) in every
 # rank's process: at TP 1 the engine's own, under TP one per rank.
 WORKER_CLS = "bench.engine.rank_worker.RankWorker"
 
 
-def engine_kwargs(model_dir: str, mode: GraphMode, seed: int = SEED, tp: int = 1) -> dict:
+def engine_kwargs(
+    model_dir: str, mode: GraphMode, seed: int = SEED, tp: int = 1, serving: Serving = PLAIN
+) -> dict:
     """LLM(...) arguments of every run: vLLM 0.26.0's FlashInfer SSU with fp16
     state and stochastic rounding (5 Philox rounds), as the seed document
     serves, with graphs for batch sizes 1-8, over `tp` tensor-parallel ranks
-    (one process per rank, vLLM's multiprocessing executor, where tp > 1).
+    (one process per rank, vLLM's multiprocessing executor, where tp > 1),
+    with `serving`'s options (serving_kwargs).
 
     kv_cache_memory_bytes skips vLLM's memory profiling, so engines on one
     GPU can start side by side, and keeps the state small enough to hash
@@ -252,6 +295,37 @@ def engine_kwargs(model_dir: str, mode: GraphMode, seed: int = SEED, tp: int = 1
     else:
         kwargs["cudagraph_capture_sizes"] = list(BATCH_SIZES)
         kwargs["compilation_config"] = compilation_config(mode)
+    kwargs.update(serving_kwargs(serving, mode))
+    return kwargs
+
+
+def serving_kwargs(serving: Serving, mode: GraphMode) -> dict:
+    """What `serving` adds to engine_kwargs: nothing for PLAIN; for the others
+    stat logging (the identity record's counters) and their options.
+
+    MTP: the model directory's MTP variant (model.mtp_model_dir) holds the
+    drafter, and graphs are captured per token count: a verify step of batch
+    size b runs b x (1 + K) tokens (vLLM rounds capture sizes up to multiples
+    of 1 + K and drops those above the largest given).
+    """
+    if serving == PLAIN:
+        return {}
+    # The identity record reads vLLM's spec-decode and prefix-cache counters.
+    kwargs: dict = {"disable_log_stats": False}
+    if serving.speculative_tokens:
+        k = serving.speculative_tokens
+        kwargs["speculative_config"] = {"method": "mtp", "num_speculative_tokens": k}
+        if mode is not GraphMode.EAGER:
+            kwargs["cudagraph_capture_sizes"] = [bs * (1 + k) for bs in BATCH_SIZES]
+    if not serving.async_scheduling:
+        kwargs["async_scheduling"] = False
+    if serving.prefix_caching:
+        kwargs.update(
+            enable_prefix_caching=True,
+            mamba_cache_mode="align",
+            max_num_batched_tokens=PREFIX_MAX_NUM_BATCHED_TOKENS,
+            max_model_len=PREFIX_MAX_MODEL_LEN,
+        )
     return kwargs
 
 

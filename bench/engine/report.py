@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from . import timing as timing_module
-from .arms import IDENTITY_ARMS, STOCK, TIMING_ARMS, GraphMode, Runner
+from .arms import IDENTITY_ARMS, PLAIN, SERVINGS, STOCK, TIMING_ARMS, GraphMode, Runner
 
 SHORT = 16
 
@@ -66,9 +66,32 @@ def compact_record(record: dict[str, Any]) -> dict[str, Any]:
         "tp": len(ranks),
         "ranks": ranks,
         "sanity": record.get("sanity"),
+        # Serving configurations' evidence (records before them have none).
+        **{name: record[name] for name in SERVING_KEYS if name in record},
         "tokens_sha256": _sha(record["tokens"]),
         "logprobs_sha256": _sha(record["logprobs"]),
     }
+
+
+SERVING_KEYS = ("cached_tokens", "block_size", "counters")
+"""What a record holds about its serving configuration, kept whole (worker.py's identity)."""
+
+
+def serving_evidence(record: dict[str, Any]) -> str:
+    """What a record shows its serving options did: prefix-cache hits, and MTP
+    drafts and accepted tokens (from vLLM's counters); empty for a plain run."""
+    parts = []
+    cached = [n for n in record.get("cached_tokens", {}).values() if n]
+    if cached:
+        parts.append(f"{len(cached)} prefix-cache hits ({sum(cached)} tokens)")
+    counters = record.get("counters", {})
+    if counters.get("vllm:spec_decode_num_drafts"):
+        parts.append(
+            f"{counters['vllm:spec_decode_num_drafts']:.0f} drafts, "
+            f"{counters.get('vllm:spec_decode_num_accepted_tokens', 0):.0f} of "
+            f"{counters.get('vllm:spec_decode_num_draft_tokens', 0):.0f} draft tokens accepted"
+        )
+    return "; ".join(parts)
 
 
 def merge_identity(runs: Sequence[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
@@ -155,28 +178,52 @@ def identity_markdown(merged: dict[str, list[dict[str, Any]]]) -> str:
         "| runner | mode | stock (steps / decode steps) | " + " | ".join(arms) + " |",
         "| --- | --- | --- |" + " --- |" * len(arms),
     ]
-    for runner in Runner:
-        for mode in GraphMode:
-            stock_runs = merged.get(f"{STOCK.name}/{runner.value}/{mode.value}", [])
-            if not stock_runs or "error" in stock_runs[0]:
-                head = "missing"
-            else:
-                head = f"{stock_runs[0]['steps']} / {stock_runs[0]['decode_steps']}"
-            cells = []
-            for arm in arms:
-                runs = merged.get(f"{arm}/{runner.value}/{mode.value}", [])
-                if not stock_runs or not runs:
-                    cells.append("not run")
-                    continue
-                cells.append("; ".join(compare(stock_runs[0], run) for run in runs))
-            if len(stock_runs) > 1:
-                head += (
-                    " (stock's later runs: "
-                    + "; ".join(compare(stock_runs[0], run) for run in stock_runs[1:])
-                    + ")"
-                )
-            lines.append(f"| {runner.value} | {mode.value} | {head} | " + " | ".join(cells) + " |")
+    # Each serving configuration's rows (PLAIN's cells have no suffix: identity.key).
+    suffixes = [""] + [
+        f"/{serving.name}"
+        for serving in SERVINGS
+        if serving != PLAIN and any(cell.endswith(f"/{serving.name}") for cell in merged)
+    ]
+    for suffix in suffixes:
+        for runner in Runner:
+            for mode in GraphMode:
+                cell = f"{runner.value}/{mode.value}{suffix}"
+                if suffix and f"{STOCK.name}/{cell}" not in merged:
+                    continue  # a serving's rows: only the cells it ran
+                lines.append(_identity_row(merged, arms, runner, mode, suffix))
     return "\n".join(lines) + "\n"
+
+
+def _identity_row(
+    merged: dict[str, list[dict[str, Any]]],
+    arms: list[str],
+    runner: Runner,
+    mode: GraphMode,
+    suffix: str,
+) -> str:
+    cell = f"{runner.value}/{mode.value}{suffix}"
+    stock_runs = merged.get(f"{STOCK.name}/{cell}", [])
+    if not stock_runs or "error" in stock_runs[0]:
+        head = "missing"
+    else:
+        head = f"{stock_runs[0]['steps']} / {stock_runs[0]['decode_steps']}"
+        if evidence := serving_evidence(stock_runs[0]):
+            head += f"; {evidence}"
+    cells = []
+    for arm in arms:
+        runs = merged.get(f"{arm}/{cell}", [])
+        if not stock_runs or not runs:
+            cells.append("not run")
+            continue
+        cells.append("; ".join(compare(stock_runs[0], run) for run in runs))
+    if len(stock_runs) > 1:
+        head += (
+            " (stock's later runs: "
+            + "; ".join(compare(stock_runs[0], run) for run in stock_runs[1:])
+            + ")"
+        )
+    serving = f" / {suffix[1:]}" if suffix else ""
+    return f"| {runner.value} | {mode.value}{serving} | {head} | " + " | ".join(cells) + " |"
 
 
 def _predicted(predicted: dict[tuple[str, int], float], arm: str, bs: str) -> str:

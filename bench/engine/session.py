@@ -16,6 +16,9 @@ the worker pool: one worker per (arm, runner), started side by side.
                                     arms.IDENTITY_ARMS; stock and stock-again, the
                                     positive control, always run)
     SR_ENGINE_MODES  eager,FULL_AND_PIECEWISE  the identity run's graph modes (default all)
+    SR_ENGINE_SERVING mtp7,prefix,... the identity run's serving configurations
+                                    (arms.SERVINGS; default plain), each in every
+                                    mode of SR_ENGINE_MODES
     SR_ENGINE_PROFILE 1,8           after the timing's rounds, each engine's GPU kernels
                                     at these batch sizes (timing.Plan.profile_batch_sizes)
     OUT              where results and engine logs go (default /tmp/out)
@@ -34,12 +37,16 @@ from . import model
 from .arms import (
     BATCH_SIZES,
     IDENTITY_ARMS,
+    PLAIN,
+    SERVING_BY_NAME,
+    SERVINGS,
     STOCK,
     STOCK_AGAIN,
     TIMING_ARMS,
     Arm,
     GraphMode,
     Runner,
+    Serving,
 )
 from .client import SITES_ENV, Worker, sites_from_env
 
@@ -49,6 +56,7 @@ ARMS_ENV = "SR_ENGINE_ARMS"
 PROFILE_ENV = "SR_ENGINE_PROFILE"
 IDENTITY_ARMS_ENV = "SR_ENGINE_IDENTITY_ARMS"
 MODES_ENV = "SR_ENGINE_MODES"
+SERVING_ENV = "SR_ENGINE_SERVING"
 TP_ENV = "SR_ENGINE_TP"
 
 
@@ -137,6 +145,15 @@ def modes_from_env(modes: tuple[GraphMode, ...]) -> tuple[GraphMode, ...]:
     if names is None:
         return modes
     return tuple(mode for mode in modes if mode.value in names)
+
+
+def servings_from_env() -> tuple[Serving, ...]:
+    """The serving configurations SR_ENGINE_SERVING names, in SERVINGS' order;
+    PLAIN alone when unset."""
+    names = _names_from_env(SERVING_ENV, set(SERVING_BY_NAME))
+    if names is None:
+        return (PLAIN,)
+    return tuple(serving for serving in SERVINGS if serving.name in names)
 
 
 def tp_from_env() -> int:

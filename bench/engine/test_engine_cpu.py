@@ -1052,12 +1052,16 @@ class _RankedEngine:
         self.workers = [NS(rank=r, get_model=lambda r=r: f"net{r}") for r in range(tp)]
         self.steps = 0
         self.running: dict[str, list[int]] = {}
+        self.prompts: dict[str, list[int]] = {}
+        self.vllm_config = NS(cache_config=NS(block_size=64))
+        self.log_stats = False
 
     def collective_rpc(self, method, args=()):
         return [method(w, *args) for w in reversed(self.workers)]
 
     def add_request(self, rid: str, prompt: dict, params: object) -> None:
         self.running[rid] = []
+        self.prompts[rid] = prompt["prompt_token_ids"]
 
     def has_unfinished_requests(self) -> bool:
         return bool(self.running)
@@ -1070,7 +1074,14 @@ class _RankedEngine:
         for rid, tokens in list(self.running.items()):
             tokens.append(self.steps % 7 + 3)
             logprobs = [{t: NS(logprob=-1.0)} for t in tokens]
-            outs.append(NS(request_id=rid, outputs=[NS(token_ids=list(tokens), logprobs=logprobs)]))
+            completion = NS(token_ids=list(tokens), logprobs=logprobs)
+            # A prompt that starts with a block seen before "hits" that block.
+            seen = any(
+                other != rid and self.prompts[other][:64] == self.prompts[rid][:64]
+                for other in self.prompts
+            )
+            cached = 64 if seen and len(self.prompts[rid]) > 64 else 0
+            outs.append(NS(request_id=rid, outputs=[completion], num_cached_tokens=cached))
             if len(tokens) == 3:
                 del self.running[rid]
         return outs
@@ -1357,3 +1368,220 @@ def test_each_rank_process_gets_the_arms_environment(arm: str, tmp_path: Path) -
         assert seen["ssu_torch"] == perturbed, rank
         variant = {"drawer": chosen.drawer, "sync_plan": chosen.sync_plan}
         assert seen["prefetcher"] == (variant if chosen.drawer else None), rank
+
+
+# Serving configurations: MTP, async scheduling, prefix caching.
+
+
+def test_plain_serving_adds_nothing_and_the_others_their_options() -> None:
+    compiled = GraphMode.FULL_AND_PIECEWISE
+    plain = arms.engine_kwargs("/m", compiled)
+    assert plain == arms.engine_kwargs("/m", compiled, serving=arms.PLAIN)
+    assert not {"speculative_config", "async_scheduling", "enable_prefix_caching"} & set(plain)
+    by = arms.SERVING_BY_NAME
+    mtp7 = arms.engine_kwargs("/m", compiled, serving=by["mtp7"])
+    assert mtp7["speculative_config"] == {"method": "mtp", "num_speculative_tokens": 7}
+    # Graphs per token count of a verify step: BS x (1 + K).
+    assert mtp7["cudagraph_capture_sizes"] == [8, 16, 32, 64]
+    assert arms.engine_kwargs("/m", compiled, serving=by["mtp3"])["cudagraph_capture_sizes"] == [
+        4,
+        8,
+        16,
+        32,
+    ]
+    assert "cudagraph_capture_sizes" not in arms.engine_kwargs(
+        "/m", GraphMode.EAGER, serving=by["mtp3"]
+    )
+    assert arms.engine_kwargs("/m", compiled, serving=by["sync"])["async_scheduling"] is False
+    prefix = arms.engine_kwargs("/m", compiled, serving=by["prefix"])
+    assert prefix["enable_prefix_caching"] and prefix["mamba_cache_mode"] == "align"
+    assert prefix["enable_chunked_prefill"]
+    seed = arms.engine_kwargs("/m", compiled, serving=by["seed-serving"])
+    assert seed["speculative_config"]["num_speculative_tokens"] == 7
+    assert seed["mamba_cache_mode"] == "align" and "async_scheduling" not in seed
+    # Every serving but plain logs stats (the record's counters).
+    for serving in arms.SERVINGS[1:]:
+        assert arms.engine_kwargs("/m", compiled, serving=serving)["disable_log_stats"] is False
+
+
+@pytest.mark.parametrize("k", [0, 3, 7])
+def test_align_mode_batches_hold_a_block(k: int) -> None:
+    """max_num_batched_tokens under prefix caching holds the attention block
+    that vLLM 0.26.0 sizes to one Mamba state (Platform._align_hybrid_block_size:
+    TRITON_ATTN's 16-token alignment; the conv state holds K more columns under
+    MTP), and the identity workload's longest shared-prefix prompt fits."""
+    config = model.model_config()
+    conv_dim = config["mamba_num_heads"] * config["mamba_head_dim"] + 2 * (
+        config["n_groups"] * config["ssm_state_size"]
+    )
+    conv_bytes = (config["conv_kernel"] - 1 + k) * conv_dim * 2  # bf16
+    ssm_bytes = config["mamba_num_heads"] * config["mamba_head_dim"] * config["ssm_state_size"] * 2
+    token_bytes = 2 * config["num_key_value_heads"] * config["head_dim"] * 2
+    block = 16 * math.ceil((conv_bytes + ssm_bytes) / (16 * token_bytes))
+    assert 1000 < block <= arms.PREFIX_MAX_NUM_BATCHED_TOKENS
+    longest = block * 3 // 2 + max(
+        worker.PROMPT_LENGTHS[i] + worker.MAX_TOKENS[i] for i in worker.SHARED_PREFIX_REQUESTS
+    )
+    assert longest + k <= arms.PREFIX_MAX_MODEL_LEN <= config["max_position_embeddings"]
+
+
+def test_the_mtp_model_dir_adds_one_attention_mtp_layer(tmp_path: Path) -> None:
+    folder = model.write_model_dir(tmp_path / "m")
+    mtp = json.loads((model.mtp_model_dir(folder) / "config.json").read_text())
+    assert model.mtp_model_dir(folder) == tmp_path / "m-mtp"
+    assert mtp["num_nextn_predict_layers"] == 1 and mtp["mtp_hybrid_override_pattern"] == "*"
+    assert {k: v for k, v in mtp.items() if k != "mtp_hybrid_override_pattern"} == {
+        **model.model_config(),
+        "num_nextn_predict_layers": 1,
+    }
+
+
+def test_servings_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert session.servings_from_env() == (arms.PLAIN,)
+    monkeypatch.setenv(session.SERVING_ENV, "seed-serving,mtp3")
+    assert [s.name for s in session.servings_from_env()] == ["mtp3", "seed-serving"]
+    monkeypatch.setenv(session.SERVING_ENV, "mtp5")
+    with pytest.raises(ValueError, match="SR_ENGINE_SERVING takes names among"):
+        session.servings_from_env()
+
+
+def test_the_identity_run_goes_through_each_serving(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv(session.IDENTITY_ARMS_ENV, "reset-kernel")
+    monkeypatch.setenv(session.MODES_ENV, "FULL_AND_PIECEWISE")
+    monkeypatch.setenv(session.SERVING_ENV, "plain,mtp7")
+    calls: list[tuple[str, str, dict]] = []
+    records = identity.run(session.Settings({}, ("0",), tmp_path), spawn=quick_spawn(calls))[
+        "records"
+    ]
+    full = GraphMode.FULL_AND_PIECEWISE
+    mtp7 = arms.SERVING_BY_NAME["mtp7"]
+    assert identity.key("stock", Runner.V1, full) == "stock/v1/FULL_AND_PIECEWISE"
+    assert identity.key("stock", Runner.V1, full, mtp7) == "stock/v1/FULL_AND_PIECEWISE/mtp7"
+    assert sorted(records) == sorted(
+        identity.key(arm, runner, full, serving)
+        for arm in ("stock", "stock-again", "reset-kernel")
+        for runner in Runner
+        for serving in (arms.PLAIN, mtp7)
+    )
+    starts = [(name, args["serving"]) for name, op, args in calls if op == "start"]
+    # Each worker: plain first, then mtp7; stock V1 leads each serving.
+    assert [serving for name, serving in starts if name == "reset-kernel/v2"] == ["plain", "mtp7"]
+    first_mtp = starts.index(("stock/v1", "mtp7"))
+    assert all(serving == "plain" for _, serving in starts[:first_mtp])
+
+
+def test_the_prefix_workload_shares_a_block_and_a_half(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(worker, "zero_states", lambda net: 40)
+    monkeypatch.setattr(worker, "layer_sums", lambda net: ["0" * 32])
+    monkeypatch.setattr(worker, "slot_sums", lambda net: ["0" * 16])
+    monkeypatch.setattr(worker, "rng_offset", lambda net: 0)
+    monkeypatch.setattr(worker, "state_sha256", lambda net: "0" * 64)
+    monkeypatch.setattr(worker.Engine, "_params", lambda self, max_tokens, logprobs: None)
+    got = {}
+    for serving in (arms.PLAIN, arms.SERVING_BY_NAME["prefix"]):
+        fake = _RankedEngine(tp=1)
+        engine = worker.Engine(STOCK, "/m")
+        engine.llm = type("LLM", (), {"llm_engine": fake})()
+        engine.serving = serving
+        got[serving.name] = (engine.identity(), fake.prompts)
+    plain, plain_prompts = got["plain"]
+    prefix, prefix_prompts = got["prefix"]
+    assert not any(plain["cached_tokens"].values()) and plain["block_size"] == 64
+    assert plain["counters"] == {}
+    shared = [f"r{i}" for i in worker.SHARED_PREFIX_REQUESTS]
+    for rid, ids in prefix_prompts.items():
+        if rid in shared:
+            assert ids[:96] == prefix_prompts["r0"][:96] and ids[96:] == plain_prompts[rid]
+        else:
+            assert ids == plain_prompts[rid]
+    assert {rid for rid, n in prefix["cached_tokens"].items() if n} == set(shared[1:])
+
+
+def _serving_records(cached: dict[str, int], counters: dict[str, float]) -> dict:
+    """_tp2_records' V1 FULL_AND_PIECEWISE cells of stock and stock-again under
+    the prefix serving, each with these prefix-cache figures."""
+    records = _tp2_records({})["records"]
+    full = GraphMode.FULL_AND_PIECEWISE
+    out = {}
+    for arm in ("stock", "stock-again"):
+        for serving in (arms.PLAIN, arms.SERVING_BY_NAME["prefix"]):
+            cell = identity.key(arm, Runner.V1, full, serving)
+            evidence = {"cached_tokens": cached, "block_size": 64, "counters": counters}
+            if serving == arms.PLAIN:
+                evidence = {"cached_tokens": dict.fromkeys(cached, 0), "block_size": 64}
+            out[cell] = {**records[identity.key(arm, Runner.V1, full)], **evidence}
+    return {"records": out, "engagement": {}}
+
+
+@pytest.mark.parametrize(
+    ("cached", "hits", "fails"),
+    [
+        ({"r0": 0, "r5": 64, "r8": 64, "r10": 64}, 192, False),
+        ({"r0": 0, "r5": 64, "r8": 0, "r10": 64}, 128, True),  # one later request missed
+        ({"r0": 0, "r5": 64, "r8": 64, "r10": 64}, 0, True),  # vLLM counted no hit
+    ],
+)
+def test_the_judge_needs_prefix_cache_hits(
+    tmp_path: Path, cached: dict[str, int], hits: int, fails: bool
+) -> None:
+    """test_serving_options_took_effect on records of the prefix serving: it
+    fails where a request that shares the prefix found no block in the cache,
+    or vLLM counted no hit; the plain cell (no hits) passes."""
+    path = tmp_path / "identity.json"
+    path.write_text(json.dumps(_serving_records(cached, {"vllm:prefix_cache_hits": hits})))
+    done = subprocess.run(
+        [
+            *(sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider"),
+            *("-k", "serving_options and v1-FULL_AND_PIECEWISE"),
+            "tests/gpu/vllm/test_engine_identity.py",
+        ],
+        cwd=Path(__file__).resolve().parents[2],
+        env={**os.environ, "SR_ENGINE_RECORDS": str(path)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    verdicts = {
+        line.split()[1].split("::")[1]: line.split()[0]
+        for line in done.stdout.splitlines()
+        if line.startswith(("PASSED ", "FAILED "))
+    }
+    assert verdicts == {
+        "test_serving_options_took_effect[v1-FULL_AND_PIECEWISE]": "PASSED",
+        "test_serving_options_took_effect[v1-FULL_AND_PIECEWISE-prefix]": (
+            "FAILED" if fails else "PASSED"
+        ),
+    }, done.stdout[-3000:]
+
+
+def test_report_names_each_serving_and_its_evidence() -> None:
+    stock = {
+        **_record(["a" * 64, "b" * 64], [1, 2]),
+        "cached_tokens": {"r0": 0, "r5": 1056},
+        "counters": {
+            "vllm:spec_decode_num_drafts": 10,
+            "vllm:spec_decode_num_draft_tokens": 70,
+            "vllm:spec_decode_num_accepted_tokens": 3,
+        },
+    }
+    merged = report.merge_identity(
+        [
+            {
+                "records": {
+                    "stock/v1/eager": _record(["a" * 64], [1]),
+                    "stock/v1/FULL_AND_PIECEWISE/seed-serving": stock,
+                    "reset-kernel/v1/FULL_AND_PIECEWISE/seed-serving": stock,
+                }
+            }
+        ]
+    )
+    table = report.identity_markdown(merged)
+    row = next(line for line in table.splitlines() if "/ seed-serving" in line)
+    assert row.startswith("| v1 | FULL_AND_PIECEWISE / seed-serving | 2 / 1; ")
+    assert "1 prefix-cache hits (1056 tokens); 10 drafts, 3 of 70 draft tokens accepted" in row
+    assert "identical" in row
+    # A serving's rows are only the cells it ran; plain's are all of them.
+    assert sum("/ seed-serving" in line for line in table.splitlines()) == 1
+    assert any(line.startswith("| v2 | PIECEWISE | missing") for line in table.splitlines())

@@ -14,7 +14,9 @@ JSON line; each reply is one JSON line on FD (vLLM logs to stdout, so
 replies do not go there):
 {"ok": true, ...} or {"ok": false, "error": ...}.
 
-    {"op": "start", "mode": "FULL_AND_PIECEWISE"}   build the engine (drops the last)
+    {"op": "start", "mode": "FULL_AND_PIECEWISE", "serving": "mtp7"}   build the engine
+                                                    (drops the last; serving: an
+                                                    arms.SERVINGS name, default plain)
     {"op": "identity"}                              the identity workload's record
     {"op": "decode", "bs": 4, "steps": 48, "warm": 4}   seconds per decode step (wall),
                                                     and every rank's GPU spans, merged
@@ -61,6 +63,12 @@ TORCH_DETERMINISTIC_ENV = "SR_ENGINE_TORCH_DETERMINISTIC"
 # process has it (prepare_rank).
 ARM_ENV = "SR_ENGINE_ARM"
 TIMING_PROMPT_LENGTH = 32
+# Under prefix caching, these requests' prompts start with one shared prefix
+# of a block and a half (the engine's block, known once it has started), so
+# that the later three find the first's full block in the cache.
+SHARED_PREFIX_REQUESTS = (0, 5, 8, 10)
+# The counters an identity record keeps (Engine.counters).
+COUNTER_PREFIXES = ("vllm:spec_decode_num_", "vllm:prefix_cache_")
 
 
 def prompts(lengths: tuple[int, ...], vocab: int, seed: int = PROMPT_SEED) -> list[list[int]]:
@@ -539,19 +547,58 @@ class Engine:
         self.llm: Any = None
         self.timed = False  # whether this engine's ranks have their timers
         self.config = model.model_config(tp)
+        self.serving = arms.PLAIN
 
-    def start(self, mode: str) -> dict:
+    def start(self, mode: str, serving: str = arms.PLAIN.name) -> dict:
         from vllm import LLM
 
         self.stop()
+        self.serving = arms.SERVING_BY_NAME[serving]
         seed = 1 if self.arm.perturb is Perturb.GENERATOR_SEED else arms.SEED
         began = time.perf_counter()
-        kwargs = arms.engine_kwargs(self.model_dir, GraphMode(mode), seed, self.tp)
+        model_dir = (
+            str(model.mtp_model_dir(self.model_dir))
+            if self.serving.speculative_tokens
+            else self.model_dir
+        )
+        kwargs = arms.engine_kwargs(model_dir, GraphMode(mode), seed, self.tp, self.serving)
         kwargs.update(json.loads(os.environ.get(LLM_KWARGS_ENV) or "{}"))
         self.llm = LLM(**kwargs)
         counts = self._each_rank(_init_weights)
         self.timed = False
         return {"start_s": time.perf_counter() - began, "parameters": counts[0]}
+
+    def block_size(self) -> int:
+        """The engine's KV-cache block in tokens (under prefix caching in align
+        mode, also the Mamba state's)."""
+        return int(self.llm.llm_engine.vllm_config.cache_config.block_size)
+
+    def counters(self) -> dict[str, float]:
+        """vLLM's speculative-decoding and prefix-cache counters (summed over
+        their labels) as they stand; none for an engine without stat logging
+        (PLAIN: arms.serving_kwargs turns it on for the others).  The counters
+        are the process's, so a workload's are a difference."""
+        from vllm.v1.metrics.reader import Counter
+
+        if not self.llm.llm_engine.log_stats:
+            return {}
+        totals: dict[str, float] = {}
+        for metric in self.llm.get_metrics():
+            if isinstance(metric, Counter) and metric.name.startswith(COUNTER_PREFIXES):
+                totals[metric.name] = totals.get(metric.name, 0) + metric.value
+        return totals
+
+    def identity_prompts(self) -> list[list[int]]:
+        """The identity workload's prompts; under prefix caching, those of
+        SHARED_PREFIX_REQUESTS after one shared prefix of 1.5 blocks."""
+        tokens = prompts(PROMPT_LENGTHS, self.config["vocab_size"])
+        if not self.serving.prefix_caching:
+            return tokens
+        shared_length = self.block_size() * 3 // 2
+        (shared,) = prompts((shared_length,), self.config["vocab_size"], seed=PROMPT_SEED + 1)
+        return [
+            shared + ids if i in SHARED_PREFIX_REQUESTS else ids for i, ids in enumerate(tokens)
+        ]
 
     def _each_rank(self, func: Callable[..., Any], *args: Any) -> list[Any]:
         """func(worker, *args) on every TP rank's vLLM worker, in rank order."""
@@ -586,13 +633,14 @@ class Engine:
             zip(
                 ARRIVAL_STEPS,
                 (f"r{i}" for i in range(len(PROMPT_LENGTHS))),
-                prompts(PROMPT_LENGTHS, self.config["vocab_size"]),
+                self.identity_prompts(),
                 MAX_TOKENS,
                 strict=False,
             )
         )
         produced: dict[str, int] = {}
         finals: dict[str, Any] = {}
+        cached_tokens: dict[str, int] = {}
         decoded_steps: list[bool] = []
         # Per TP rank, its own Mamba-2 state: its share of every layer's heads.
         ranks: list[dict[str, Any]] = [
@@ -608,6 +656,7 @@ class Engine:
 
         self._each_rank(_on_model, zero_states)
         keep("rng_offsets", rng_offset)
+        counted = self.counters()
         step = 0
         while pending or engine.has_unfinished_requests():
             while pending and pending[0][0] <= step:
@@ -621,6 +670,7 @@ class Engine:
                     decoded = True
                 produced[out.request_id] = len(completion.token_ids)
                 finals[out.request_id] = completion
+                cached_tokens[out.request_id] = out.num_cached_tokens or 0
             decoded_steps.append(decoded)
             sums = self._each_rank(_on_model, layer_sums)
             for state, rank_sums in zip(ranks, sums, strict=True):
@@ -651,6 +701,15 @@ class Engine:
             # the state's bytes at the end ("state_sha256").
             "ranks": ranks,
             "sanity": sanity(finals),
+            # Per request, its prompt tokens found in the prefix cache.
+            "cached_tokens": dict(sorted(cached_tokens.items())),
+            "block_size": self.block_size(),
+            # What the workload added to vLLM's speculative-decoding and
+            # prefix-cache counters (drafts, draft and accepted tokens; queries, hits).
+            "counters": {
+                name: value - counted.get(name, 0)
+                for name, value in sorted(self.counters().items())
+            },
             "tokens": {rid: list(c.token_ids) for rid, c in sorted(finals.items())},
             "logprobs": {rid: _logprobs(c) for rid, c in sorted(finals.items())},
         }
