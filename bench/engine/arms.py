@@ -49,6 +49,9 @@ class Perturb(str, enum.Enum):
     GENERATOR_SEED = "generator-seed"
     # No draw at all: every SR seed is one constant tensor (the timing's floor).
     NO_DRAW = "no-draw"
+    # NO_DRAW plus one one-element draw from the default generator per forward
+    # (the timing's floor-rng).
+    ONE_DRAW = "one-draw"
 
 
 @dataclass(frozen=True)
@@ -141,10 +144,21 @@ FLOOR = Arm(
     what="stock, every SR seed one constant tensor: no draws",
     microbench="floor",
 )
-TIMING_ARMS = (*ARMS, FLOOR)
+# The drawing floor: the floor plus one one-element draw per forward, at its
+# first SSU call (inside the graph where captured, so its replay also runs
+# torch's prologue for a graph that draws): the least a path that draws
+# stock's seeds from the default generator can cost.
+FLOOR_RNG = Arm(
+    "floor-rng",
+    Copy.STOCK,
+    perturb=Perturb.ONE_DRAW,
+    what="the floor plus one one-element draw per forward",
+    microbench="floor-rng",
+)
+TIMING_ARMS = (*ARMS, FLOOR, FLOOR_RNG)
 # Every arm the identity check runs, in its table's order.
 IDENTITY_ARMS = ARMS + CONTROLS
-BY_NAME = {arm.name: arm for arm in (*IDENTITY_ARMS, FLOOR)}
+BY_NAME = {arm.name: arm for arm in (*IDENTITY_ARMS, FLOOR, FLOOR_RNG)}
 
 # What two processes of the same code need to compute the same bits, as far
 # as it is known.  On 2026-11-30 (H200 x2), first run, 14 engines started side

@@ -1585,3 +1585,141 @@ def test_report_names_each_serving_and_its_evidence() -> None:
     # A serving's rows are only the cells it ran; plain's are all of them.
     assert sum("/ seed-serving" in line for line in table.splitlines()) == 1
     assert any(line.startswith("| v2 | PIECEWISE | missing") for line in table.splitlines())
+
+
+# The timing's floor-rng arm, MTP verify iterations and mixed steps.
+
+
+def test_floor_rng_draws_one_element_per_forward() -> None:
+    fake = worker._OneDraw(torch, every=4)
+    before = torch.default_generator.get_state()
+    seeds = [fake.randint(0, 2**32, (1,), device="cpu") for _ in range(8)]
+    after = torch.default_generator.get_state()
+    assert all(seed is seeds[0] for seed in seeds) and seeds[0].tolist() == [0x5EED]
+    # Two forwards of four calls: two one-element draws, at calls 0 and 4.
+    torch.default_generator.set_state(before)
+    draw = torch.empty(1, dtype=torch.int64)
+    for _ in range(2):
+        draw.random_(0, 2**32)
+    assert fake._draws["cpu"].tolist() == draw.tolist()
+    assert torch.equal(torch.default_generator.get_state(), after)
+    assert BY_NAME["floor-rng"] in TIMING_ARMS and BY_NAME["floor-rng"] not in IDENTITY_ARMS
+    assert BY_NAME["floor-rng"].microbench == "floor-rng"
+
+
+def test_summary_reads_the_saving_against_both_floors() -> None:
+    noise = [0.0, 5e-6, -3e-6, 8e-6, -6e-6, 2e-6, 1e-6, -4e-6, 7e-6, -2e-6, 3e-6, -1e-6]
+    stock = [3e-3 + n for n in noise]
+    rows = timing.summarize(
+        {
+            "stock": stock,
+            "fast": [s - 1e-4 for s in stock],
+            "floor": [s - 2e-4 for s in stock],
+            "floor-rng": [s - 1.25e-4 for s in stock],
+        },
+        "stock",
+        "v1",
+        1,
+    )
+    assert rows["fast"]["recovered"] == pytest.approx(0.5)
+    assert rows["fast"]["recovered_rng"] == pytest.approx(0.8)
+    assert rows["fast"]["recovered_rng_ci95"] == pytest.approx([0.8, 0.8])
+    assert "recovered_rng" not in rows["floor"] and "recovered" not in rows["floor-rng"]
+    text = report.timing_markdown({"runners": {"v1": {"summary": {"step": {"1": rows}}}}})
+    assert "| recovered [95% CI] | recovered vs floor-rng [95% CI] |" in text
+    assert "| 0.50 [0.50, 0.50] | 0.80 [0.80, 0.80] |" in text
+
+
+def test_the_timing_plan_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    plan = timing.Plan.from_env()
+    assert (plan.serving, plan.workload, plan.tag) == ("plain", "decode", "")
+    monkeypatch.setenv(timing.TIMING_SERVING_ENV, "mtp7")
+    assert timing.Plan.from_env().tag == "-mtp7"
+    monkeypatch.setenv(timing.WORKLOAD_ENV, "mixed")
+    monkeypatch.setenv(timing.ROUNDS_ENV, "3")
+    plan = timing.Plan.from_env()
+    assert plan.tag == "-mtp7-mixed" and plan.rounds == 3
+    assert plan.batch_sizes == timing.MIXED_BATCH_SIZES == (1, 2, 4)
+    with pytest.raises(ValueError, match="SR_ENGINE_TIMING_SERVING takes one of"):
+        timing.Plan(serving="mtp5")
+    with pytest.raises(ValueError, match="SR_ENGINE_WORKLOAD takes one of"):
+        timing.Plan(workload="prefill")
+
+
+@pytest.mark.parametrize(("serving", "workload"), [("mtp7", "decode"), ("plain", "mixed")])
+def test_the_timing_starts_its_serving_and_times_its_workload(
+    tmp_path: Path, serving: str, workload: str
+) -> None:
+    calls: list[tuple[str, str, dict]] = []
+    plan = timing.Plan(rounds=2, batch_sizes=(1,), serving=serving, workload=workload)
+    settings = session.Settings({}, ("0",), tmp_path, (Runner.V1,))
+    data, _ = timing.run(settings, plan, spawn=quick_spawn(calls))
+    assert {args["serving"] for _, op, args in calls if op == "start"} == {serving}
+    assert {op for _, op, _ in calls if op != "start"} == {workload}
+    saved = json.loads((tmp_path / f"timing{plan.tag}.json").read_text())
+    assert (
+        (saved["serving"], saved["workload"]) == (serving, workload) == (data["serving"], workload)
+    )
+    assert (tmp_path / f"timing-v1{plan.tag}-partial.json").is_file()
+
+
+class _MixedEngine:
+    """An LLMEngine whose prompts finish when prefilled at `budget` tokens a step."""
+
+    def __init__(self, budget: int, max_model_len: int) -> None:
+        from types import SimpleNamespace as NS
+
+        self.vllm_config = NS(
+            scheduler_config=NS(max_num_batched_tokens=budget),
+            model_config=NS(max_model_len=max_model_len),
+        )
+        self.budget = budget
+        self.left: dict[str, int] = {}
+        self.aborted: list[str] = []
+        self.workers = [NS(rank=0)]
+
+    def collective_rpc(self, method, args=()):
+        return [(0, {"forward_s": [1e-3], "replay_s": [None], "replays": 0})]
+
+    def add_request(self, rid: str, prompt: dict, params: object) -> None:
+        self.left[rid] = len(prompt["prompt_token_ids"]) if rid.startswith("p") else 10**6
+
+    def abort_request(self, ids: list[str]) -> None:
+        self.aborted += ids
+        for rid in ids:
+            self.left.pop(rid, None)
+
+    def has_unfinished_requests(self) -> bool:
+        return False
+
+    def step(self) -> list:
+        from types import SimpleNamespace as NS
+
+        budget, outs = self.budget, []
+        for rid in [r for r in self.left if r.startswith("p")]:
+            take = min(budget, self.left[rid])
+            self.left[rid] -= take
+            budget -= take
+            if not self.left[rid]:
+                del self.left[rid]
+                outs.append(NS(request_id=rid, finished=True))
+        return outs
+
+
+def test_mixed_steps_keep_a_prefill_in_every_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(worker.Engine, "_params", lambda self, max_tokens, logprobs: None)
+    monkeypatch.setattr(worker, "merge_spans", lambda ranks: {"forward_s": 1e-3})
+    engine = worker.Engine(STOCK, "/m")
+    fake = _MixedEngine(budget=256, max_model_len=1024)
+    engine.llm = type("LLM", (), {"llm_engine": fake})()
+    engine.timed = True
+    got = engine.mixed(bs=2, steps=24, warm=0)
+    # 26 steps' budget of 1016-token prompts, and one more: the last is still
+    # prefilling after the timed steps, and is aborted with the others.
+    assert got["prefills"] == math.ceil(26 * 256 / 1016) + 1 == 8
+    assert got["prefills_done"] < got["prefills"]
+    assert sum(rid.startswith("p") for rid in fake.aborted) == got["prefills"]
+    # A step budget larger than mixed() planned for: every prefill ends early.
+    fake.budget = 10**6
+    with pytest.raises(RuntimeError, match="prefills finished within 24 steps: not mixed"):
+        engine.mixed(bs=2, steps=24, warm=0)

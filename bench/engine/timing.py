@@ -42,6 +42,7 @@ a round's arms share.
 
 from __future__ import annotations
 
+import os
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -49,9 +50,20 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import stats
-from .arms import BATCH_SIZES, DETERMINISTIC_ENV, FLOOR, STOCK, Arm, GraphMode, Runner
+from .arms import (
+    BATCH_SIZES,
+    DETERMINISTIC_ENV,
+    FLOOR,
+    FLOOR_RNG,
+    PLAIN,
+    SERVING_BY_NAME,
+    STOCK,
+    Arm,
+    GraphMode,
+    Runner,
+)
 from .client import WorkerError
-from .session import Settings, close_all, spawn_all, write_json
+from .session import Settings, close_all, profile_batch_sizes_from_env, spawn_all, write_json
 
 
 @dataclass(frozen=True)
@@ -70,6 +82,52 @@ class Plan:
     # these batch sizes (worker.py's profile): which kernels an arm's replay
     # adds or drops against stock's, which the timing alone cannot say.
     profile_batch_sizes: tuple[int, ...] = ()
+    # The engines' serving configuration (arms.SERVINGS: mtp7 times MTP
+    # verify iterations) and the steps timed: "decode", or "mixed" (a
+    # prefill chunk beside the decodes: worker.py's mixed).
+    serving: str = PLAIN.name
+    workload: str = "decode"
+
+    def __post_init__(self) -> None:
+        if self.serving not in SERVING_BY_NAME:
+            raise ValueError(
+                f"{TIMING_SERVING_ENV} takes one of {', '.join(SERVING_BY_NAME)}; "
+                f"got {self.serving!r}"
+            )
+        if self.workload not in WORKLOADS:
+            raise ValueError(
+                f"{WORKLOAD_ENV} takes one of {', '.join(WORKLOADS)}; got {self.workload!r}"
+            )
+
+    @classmethod
+    def from_env(cls) -> Plan:
+        """The plan test_engine_step.py runs: SR_ENGINE_ROUNDS, SR_ENGINE_PROFILE,
+        SR_ENGINE_TIMING_SERVING (default plain) and SR_ENGINE_WORKLOAD (default
+        decode; mixed times MIXED_BATCH_SIZES)."""
+        workload = os.environ.get(WORKLOAD_ENV) or "decode"
+        return cls(
+            rounds=int(os.environ.get(ROUNDS_ENV) or cls.rounds),
+            profile_batch_sizes=profile_batch_sizes_from_env(),
+            serving=os.environ.get(TIMING_SERVING_ENV) or PLAIN.name,
+            workload=workload,
+            batch_sizes=MIXED_BATCH_SIZES if workload == "mixed" else BATCH_SIZES,
+        )
+
+    @property
+    def tag(self) -> str:
+        """What the run's files add to their names: "" for plain decode
+        steps (timing.json, as before the servings), else e.g. "-mtp7"."""
+        parts = [self.serving] if self.serving != PLAIN.name else []
+        parts += [self.workload] if self.workload != "decode" else []
+        return "".join(f"-{part}" for part in parts)
+
+
+ROUNDS_ENV = "SR_ENGINE_ROUNDS"
+TIMING_SERVING_ENV = "SR_ENGINE_TIMING_SERVING"
+WORKLOAD_ENV = "SR_ENGINE_WORKLOAD"
+WORKLOADS = ("decode", "mixed")
+# A mixed step's batch sizes: one of max_num_seqs' 8 slots prefills.
+MIXED_BATCH_SIZES = (1, 2, 4)
 
 
 Samples = dict[int, dict[str, list[dict[str, float]]]]
@@ -123,7 +181,8 @@ def summarize(
     """Per arm: median µs per step, its 95% CI and IQR; the µs saved against
     stock and the ratio to stock, with paired 95% intervals; where the floor
     arm ran, the share of the draws' cost (stock - floor) the arm saves
-    ("recovered"), with its paired interval."""
+    ("recovered"), and where floor-rng ran, the share of what a drawing path
+    can save (stock - floor-rng: "recovered_rng"), each with its paired interval."""
     present = {arm: list(values) for arm, values in samples.items() if values}
     boot = stats.bootstrap_medians(
         present, rng=stats.seeded_rng(stats.BOOTSTRAP_SEED, "engine", runner, bs)
@@ -131,9 +190,6 @@ def summarize(
     enough = all(len(v) >= stats.MIN_SAMPLES for v in present.values())
     rows: dict[str, dict] = {}
     base = statistics.median(present[stock]) if stock in present else None
-    floored = base is not None and FLOOR.name in present
-    # What the draws cost: stock's median over the floor's.
-    cost = base - statistics.median(present[FLOOR.name]) if floored else None
     for arm, values in present.items():
         median = statistics.median(values)
         row = {
@@ -155,14 +211,19 @@ def summarize(
                 if enough and (ratio := stats.interval_of([boot[stock], boot[arm]], _ratio))
                 else None
             )
-            if floored and arm != FLOOR.name:
-                row["recovered"] = round((base - median) / cost, 4) if cost > 0 else None
+            # The share of what the draws cost (stock's median over a floor's)
+            # that the arm saves, against each floor that ran.
+            for floor, name in ((FLOOR.name, "recovered"), (FLOOR_RNG.name, "recovered_rng")):
+                if floor not in present or arm in (FLOOR.name, FLOOR_RNG.name):
+                    continue
+                cost = base - statistics.median(present[floor])
+                row[name] = round((base - median) / cost, 4) if cost > 0 else None
                 share = (
-                    stats.interval_of([boot[stock], boot[arm], boot[FLOOR.name]], _recovered)
+                    stats.interval_of([boot[stock], boot[arm], boot[floor]], _recovered)
                     if enough
                     else None
                 )
-                row["recovered_ci95"] = None if not share else [round(v, 4) for v in share]
+                row[f"{name}_ci95"] = None if not share else [round(v, 4) for v in share]
         rows[arm] = row
     return rows
 
@@ -187,9 +248,10 @@ FIGURES = {"step": "step_s", "forward": "forward_s", "replay": "replay_s"}
 def run(
     settings: Settings, plan: Plan, spawn: Callable[..., dict] = spawn_all
 ) -> tuple[dict[str, Any], dict[tuple[str, str], Any]]:
-    """Starts a FULL_AND_PIECEWISE engine per (arm, runner), measures the
-    runners one after the other, writes settings.out / "timing.json"; returns
-    its data and the workers (still running: the caller closes them)."""
+    """Starts a FULL_AND_PIECEWISE engine of plan.serving per (arm, runner),
+    measures the runners one after the other, writes settings.out /
+    f"timing{plan.tag}.json"; returns its data and the workers (still
+    running: the caller closes them)."""
     pairs = [(arm, runner) for runner in settings.runners for arm in settings.timing_arms]
     # As the identity check runs them: the same compiled code in every arm
     # (no config picked by timing under load), and its compile cache reused.
@@ -202,16 +264,16 @@ def run(
         try:
             if isinstance(worker, Exception):
                 raise worker
-            worker.call("start", mode=GraphMode.FULL_AND_PIECEWISE.value)
+            worker.call("start", mode=GraphMode.FULL_AND_PIECEWISE.value, serving=plan.serving)
         except Exception as error:
             failed[f"{arm.name}/{runner.value}"] = f"{type(error).__name__}: {error}"
 
     def measure(runner: Runner, ready: dict[str, Any]) -> dict[str, Any]:
         def sample(arm: str, bs: int) -> dict:
-            return ready[arm].call("decode", bs=bs, steps=plan.steps, warm=plan.warm)
+            return ready[arm].call(plan.workload, bs=bs, steps=plan.steps, warm=plan.warm)
 
         def partial(samples: Samples) -> None:
-            write_json(settings.out / f"timing-{runner.value}-partial.json", samples)
+            write_json(settings.out / f"timing-{runner.value}{plan.tag}-partial.json", samples)
 
         def profile(worker: Any, bs: int) -> dict:
             # A profile is a diagnosis after the rounds: its failure (the
@@ -264,6 +326,8 @@ def run(
         "gpus": list(settings.gpus),
         "tp": settings.tp,
         "mode": GraphMode.FULL_AND_PIECEWISE.value,
+        "serving": plan.serving,
+        "workload": plan.workload,
     }
-    write_json(settings.out / "timing.json", data)
+    write_json(settings.out / f"timing{plan.tag}.json", data)
     return data, workers

@@ -20,6 +20,8 @@ replies do not go there):
     {"op": "identity"}                              the identity workload's record
     {"op": "decode", "bs": 4, "steps": 48, "warm": 4}   seconds per decode step (wall),
                                                     and every rank's GPU spans, merged
+    {"op": "mixed", "bs": 4, "steps": 48, "warm": 4}    the same of steps that also
+                                                    prefill a chunk
     {"op": "profile", "bs": 1, "steps": 24, "warm": 4}  rank 0's GPU kernels of those
                                                     decode steps (torch.profiler), per step
     {"op": "quit"}
@@ -117,6 +119,27 @@ class _NoDraw:
         return getattr(self._torch, name)
 
 
+class _OneDraw(_NoDraw):
+    """_NoDraw, plus one one-element draw from the default generator at every
+    `every`-th randint (the first SSU call of each forward, inside its graph
+    where captured): the floor of a path that draws from that generator."""
+
+    def __init__(self, torch_module: Any, every: int) -> None:
+        super().__init__(torch_module)
+        self._every = every
+        self._calls = 0
+        self._draws: dict[Any, Any] = {}
+
+    def randint(self, low: int, high: int, size: Any, **kwargs: Any) -> Any:
+        device = kwargs.get("device")
+        if self._calls % self._every == 0:
+            if device not in self._draws:
+                self._draws[device] = self._torch.empty(1, dtype=self._torch.int64, device=device)
+            self._draws[device].random_(low, high)
+        self._calls += 1
+        return super().randint(low, high, size, **kwargs)
+
+
 def _replace_ssu_torch(perturb: Perturb, every: int) -> None:
     import torch
     from vllm.model_executor.layers.mamba.ops import ssu_dispatch
@@ -125,6 +148,8 @@ def _replace_ssu_torch(perturb: Perturb, every: int) -> None:
         ssu_dispatch.torch = _OneSeedPerturbed(torch, every)
     elif perturb is Perturb.NO_DRAW:
         ssu_dispatch.torch = _NoDraw(torch)
+    elif perturb is Perturb.ONE_DRAW:
+        ssu_dispatch.torch = _OneDraw(torch, every)
 
 
 def _use_variant(drawer: str, sync_plan: str | None) -> None:
@@ -166,7 +191,7 @@ def prepare_rank() -> None:
         torch.use_deterministic_algorithms(True, warn_only=True)
         torch.utils.deterministic.fill_uninitialized_memory = deterministic == "1"
     arm = arms.BY_NAME[os.environ[ARM_ENV]]
-    if arm.perturb in (Perturb.ONE_SEED, Perturb.NO_DRAW):
+    if arm.perturb in (Perturb.ONE_SEED, Perturb.NO_DRAW, Perturb.ONE_DRAW):
         _replace_ssu_torch(arm.perturb, model.mamba2_layers())
     if arm.drawer is not None:
         _use_variant(arm.drawer, arm.sync_plan)
@@ -735,23 +760,55 @@ class Engine:
                 engine.step()
 
     def decode(self, bs: int, steps: int, warm: int) -> dict:
-        """`steps` decode steps' wall time, and every rank's spans merged (merge_spans)."""
+        """`steps` decode steps' wall time, and every rank's spans merged
+        (merge_spans).  Under MTP a step is a verify iteration: the verify
+        forward and the drafter's."""
         with self._decoding(bs, steps, warm) as engine:
-            if not self.timed:  # the identity workload runs without timers
-                self._each_rank(_install_spans)
-                self.timed = True
-            self._each_rank(_take_spans)  # what came before
-            began = time.perf_counter()
-            for _ in range(steps):
-                engine.step()
-            self._each_rank(_synchronize)
-            elapsed = time.perf_counter() - began
-            ranks = self._each_rank(_take_spans)
-        return {
+            return self._timed(engine, steps)[0]
+
+    def mixed(self, bs: int, steps: int, warm: int) -> dict:
+        """As decode, with a prefill chunk in every step beside the `bs`
+        decodes: long prompts (one token to generate) queued behind the batch,
+        enough to fill each step's token budget (max_num_batched_tokens) past
+        the last timed step.  A mixed batch is no uniform decode, so under
+        FULL_AND_PIECEWISE it runs the piecewise graphs, the SSU eager."""
+        config = self.llm.llm_engine.vllm_config
+        budget = config.scheduler_config.max_num_batched_tokens
+        length = config.model_config.max_model_len - 8
+        count = math.ceil((steps + 2) * budget / length) + 1
+        with self._decoding(bs, steps, warm) as engine:
+            ids = [f"p{time.monotonic_ns()}-{i}" for i in range(count)]
+            long_prompts = prompts((length,) * count, self.config["vocab_size"])
+            for rid, prompt in zip(ids, long_prompts, strict=True):
+                engine.add_request(rid, {"prompt_token_ids": prompt}, self._params(1, None))
+            try:
+                figures, finished = self._timed(engine, steps)
+            finally:
+                engine.abort_request(ids)
+        done = len(finished & set(ids))
+        if done == count:
+            raise RuntimeError(f"all {count} prefills finished within {steps} steps: not mixed")
+        return {**figures, "prefills": count, "prefills_done": done}
+
+    def _timed(self, engine: Any, steps: int) -> tuple[dict, set[str]]:
+        """`steps` engine steps' figures, and the requests that finished in them."""
+        if not self.timed:  # the identity workload runs without timers
+            self._each_rank(_install_spans)
+            self.timed = True
+        self._each_rank(_take_spans)  # what came before
+        finished: set[str] = set()
+        began = time.perf_counter()
+        for _ in range(steps):
+            finished.update(out.request_id for out in engine.step() if out.finished)
+        self._each_rank(_synchronize)
+        elapsed = time.perf_counter() - began
+        ranks = self._each_rank(_take_spans)
+        figures = {
             "step_s": elapsed / steps,
             **merge_spans(ranks),
             "replays_per_step": ranks[0]["replays"] / steps,
         }
+        return figures, finished
 
     def profile(self, bs: int, steps: int, warm: int) -> dict:
         """Rank 0's GPU kernels over `steps` decode steps of a batch of `bs`, as
@@ -802,6 +859,8 @@ def main(argv: list[str] | None = None) -> int:
                 reply = engine.identity()
             elif op == "decode":
                 reply = engine.decode(**command)
+            elif op == "mixed":
+                reply = engine.mixed(**command)
             elif op == "profile":
                 reply = engine.profile(**command)
             else:
