@@ -22,7 +22,16 @@ from pathlib import Path
 from typing import Any
 
 from . import timing as timing_module
-from .arms import IDENTITY_ARMS, PLAIN, SERVINGS, STOCK, TIMING_ARMS, GraphMode, Runner
+from .arms import (
+    IDENTITY_ARMS,
+    PLAIN,
+    SERVING_BY_NAME,
+    SERVINGS,
+    STOCK,
+    TIMING_ARMS,
+    GraphMode,
+    Runner,
+)
 
 SHORT = 16
 
@@ -408,6 +417,12 @@ def merge_timing(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
     sizes = sorted({run.get("tp", 1) for run in runs})
     if len(sizes) > 1:
         raise SystemExit(f"--timing: the files are of TP sizes {sizes}; give one TP size's")
+    steps = sorted({_steps_of(run) for run in runs})
+    if len(steps) > 1:
+        raise SystemExit(
+            f"--timing: the files time different steps (serving, workload) {steps}; "
+            "give one serving and workload's"
+        )
     runners: dict[str, Any] = {}
     for run in runs:
         for runner, result in run["runners"].items():
@@ -421,8 +436,36 @@ def merge_timing(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return {
         "runners": runners,
         "tp": sizes[0],
+        "serving": steps[0][0],
+        "workload": steps[0][1],
         "runs": [{k: v for k, v in run.items() if k != "runners"} for run in runs],
     }
+
+
+def _steps_of(timing: dict[str, Any]) -> tuple[str, str]:
+    """(serving, workload) of a timing.json (runs before them: plain decode steps)."""
+    return timing.get("serving", PLAIN.name), timing.get("workload", "decode")
+
+
+def steps_heading(timing: dict[str, Any]) -> str:
+    """The timing section's heading: which steps it times."""
+    serving, workload = _steps_of(timing)
+    k = SERVING_BY_NAME[serving].speculative_tokens
+    if workload == "mixed":
+        return (
+            "## Mixed step time\n\nEach step prefills a chunk beside the decodes; "
+            "FULL_AND_PIECEWISE runs such a step on its piecewise graphs, the SSU eager "
+            "between them, so the forward's figure is the step's (the replays hold only "
+            "the captured pieces).\n"
+        )
+    if k:
+        return (
+            f"## MTP verify iteration time ({serving})\n\nEach step verifies 1 + {k} "
+            "tokens per request (one SSU call per Mamba-2 layer, as a decode step makes) "
+            "and drafts the next; the microbenchmark's column is its decode step's saving "
+            "at the same batch size.\n"
+        )
+    return "## Decode step time\n" if serving == PLAIN.name else f"## Step time ({serving})\n"
 
 
 def _one_cell_per_line(compact: dict[str, Any]) -> str:
@@ -479,7 +522,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         tp = timing.get("tp", 1)
         parts.append(
-            "## Decode step time\n"
+            steps_heading(timing)
             + (f"\nTP {tp}: each step's figures are its slowest rank's.\n" if tp > 1 else "")
             + timing_markdown(timing, predicted)
         )

@@ -21,6 +21,11 @@ the worker pool: one worker per (arm, runner), started side by side.
                                     mode of SR_ENGINE_MODES
     SR_ENGINE_PROFILE 1,8           after the timing's rounds, each engine's GPU kernels
                                     at these batch sizes (timing.Plan.profile_batch_sizes)
+    SR_ENGINE_TIMING_SERVING mtp7   the timing engines' serving configuration (default
+                                    plain; mtp3, mtp7: MTP verify iterations)
+    SR_ENGINE_WORKLOAD mixed        the timed steps: decode (default), or mixed (a
+                                    prefill chunk beside BS 1/2/4 decodes)
+    SR_ENGINE_ROUNDS 10             the timing's rounds (timing.Plan.rounds)
     OUT              where results and engine logs go (default /tmp/out)
 """
 

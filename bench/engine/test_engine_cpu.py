@@ -75,7 +75,7 @@ def test_init_weights_scale_and_seed() -> None:
 
 
 def test_arms() -> None:
-    assert ARMS[0] is STOCK and len(BY_NAME) == len(IDENTITY_ARMS) + 1  # + the floor
+    assert ARMS[0] is STOCK and len(BY_NAME) == len(IDENTITY_ARMS) + 2  # + the two floors
     assert all(control.control and control.copy is arms.Copy.STOCK for control in CONTROLS)
     eager = arms.engine_kwargs("/m", GraphMode.EAGER)
     graphs = arms.engine_kwargs("/m", GraphMode.PIECEWISE, seed=3)
@@ -1723,3 +1723,15 @@ def test_mixed_steps_keep_a_prefill_in_every_step(monkeypatch: pytest.MonkeyPatc
     fake.budget = 10**6
     with pytest.raises(RuntimeError, match="prefills finished within 24 steps: not mixed"):
         engine.mixed(bs=2, steps=24, warm=0)
+
+
+def test_the_timing_report_says_which_steps_it_times() -> None:
+    assert report.steps_heading({"runners": {}}) == "## Decode step time\n"
+    mtp = report.steps_heading({"serving": "mtp7", "workload": "decode"})
+    assert mtp.startswith("## MTP verify iteration time (mtp7)") and "1 + 7 tokens" in mtp
+    assert report.steps_heading({"workload": "mixed"}).startswith("## Mixed step time")
+    one = {"runners": {"v1": {}}, "serving": "mtp7"}
+    with pytest.raises(SystemExit, match="time different steps"):
+        report.merge_timing([one, {"runners": {"v2": {}}}])
+    merged = report.merge_timing([one, {"runners": {"v2": {}}, "serving": "mtp7"}])
+    assert (merged["serving"], merged["workload"]) == ("mtp7", "decode")
