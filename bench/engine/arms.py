@@ -160,44 +160,12 @@ TIMING_ARMS = (*ARMS, FLOOR, FLOOR_RNG)
 IDENTITY_ARMS = ARMS + CONTROLS
 BY_NAME = {arm.name: arm for arm in (*IDENTITY_ARMS, FLOOR, FLOOR_RNG)}
 
-# What two processes of the same code need to compute the same bits, as far
-# as it is known.  On 2026-11-30 (H200 x2), first run, 14 engines started side
-# by side: flag-off (stock's seed path) differed from stock from the first
-# (prefill) step in the compiled cells, eager cells mostly agreed.  Two causes
-# were fixed: vLLM's Mamba-2 SSD prefill kernels are @triton.autotune'd, and
-# engines that autotune side by side pick by timing under load (vLLM already
-# sets TRITON_CACHE_AUTOTUNING=1, so the first pick in the shared Triton cache
-# is every later process's: tests/gpu/vllm's identity run now lets one engine
-# pick before the others start), and Inductor benchmarks its generated
-# kernels' configs (TORCHINDUCTOR_DETERMINISTIC=1 was meant to skip that; the
-# fourth run found it does not hold, below).  Second run,
-# with both: every eager cell agrees, all arms, both runners; in every
-# compiled cell each process still computes its own bits from step 0, stock
-# against stock included (bench/results/engine-nvidia-h200x2-20261130b.md).
-# That cause is not found yet; the identity test skips such cells as
-# inconclusive and fails their positive control.  Third run (same day,
-# bench/results/engine-nvidia-h200x2-20261130c.md): not the seeds (the
-# generator stood at the same offset in every process before the workload
-# and after each of its first steps, and step 0, a prefill, draws none),
-# and not Python's string hashing (PYTHONHASHSEED=0 in every engine did not
-# help; a stock engine under PYTHONHASHSEED=1 differed no more than stock
-# again).  Layer 0 already differs after step 0, and some pairs of engines
-# agree: a few choices made per process, as kernels picked by timing side by
-# side make.  identity.py now lets stock lead every mode (`_leaders`).
-# Fourth run (2026-11-30d): stock leading did not help either.  A diagnostic
-# (bench/engine/reproduce.py, bench/results/engine-reproduce-nvidia-h200x2-
-# 20261130.md) ran stock V1 PIECEWISE in two processes per setting: as run,
-# on one compile's cache, and without prefix caching, the two differed from
-# step 0; with torch's deterministic algorithms (new allocations filled) they
-# agreed over all 163 steps.  The cause: under torch 2.11 the environment
-# variable does not hold (compilation_config says why), so each process tuned
-# Inductor's reductions by its own timing.  Every engine now gets Inductor's
-# deterministic mode through compilation_config, and the identity run adds
-# IDENTITY_ENV, the setting the diagnostic showed to agree.  Fifth run
-# (2026-11-30e, bench/results/engine-nvidia-h200x2-20261130e.md), with both:
-# stock against stock identical in all six cells, every arm judged and
-# identical.  Whether the compile config alone suffices is not measured
-# (reproduce.py's variants can tell).
+# What two processes of the same code need to compute the same bits: the
+# first Triton autotuning pick in the shared cache is every later engine's
+# (identity._leaders lets stock pick first), and Python's hashing is fixed.
+# TORCHINDUCTOR_DETERMINISTIC does not hold under torch 2.11 on its own
+# (compilation_config carries Inductor's deterministic mode); how each
+# setting was found: bench/results/engine-harness-history.md.
 DETERMINISTIC_ENV = {
     "TRITON_CACHE_AUTOTUNING": "1",
     "TORCHINDUCTOR_DETERMINISTIC": "1",
@@ -348,13 +316,12 @@ def compilation_config(mode: GraphMode, *, inductor_deterministic: bool = True) 
 
     Inductor's deterministic mode, through vLLM's inductor_compile_config:
     without it, Inductor picks its reduction kernels' block sizes (RMSNorm's)
-    by timing each process, and two stock processes compute different bits
-    (runs a to d of 2026-11-30).  TORCHINDUCTOR_DETERMINISTIC=1
-    (DETERMINISTIC_ENV) does not hold under torch 2.11: Dynamo restores
-    torch.use_deterministic_algorithms(False) after converting a frame, and
-    that call resets inductor's config.deterministic (the generated kernels
-    of run d say 'deterministic': False).  vLLM applies inductor_compile_config
-    as a patch around each compile, where it holds.
+    by timing each process, and two stock processes compute different bits.
+    TORCHINDUCTOR_DETERMINISTIC=1 (DETERMINISTIC_ENV) does not hold under
+    torch 2.11: Dynamo restores torch.use_deterministic_algorithms(False)
+    after converting a frame, and that call resets inductor's
+    config.deterministic.  vLLM applies inductor_compile_config as a patch
+    around each compile, where it holds.
 
     vLLM also turns on Inductor's combo kernels and benchmarks whether to use
     them: a pick by timing, and benchmarking that deterministic mode refuses

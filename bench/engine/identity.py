@@ -49,13 +49,11 @@ def _leaders(arm: Arm, runner: Runner) -> list[Runner]:
     Kernels picked by timing differ from engine to engine when engines pick
     side by side; an engine that starts after the picks are in the shared
     Triton cache reads them instead: the Mamba-2 SSD prefill kernels are
-    @triton.autotune'd (vLLM sets TRITON_CACHE_AUTOTUNING=1).  Eager engines
-    that waited for stock V1's eager engine agreed, every arm on both runners,
-    on 2026-11-30.  So stock V1 leads every mode, and stock V2 too for the V2
-    arms (kernels only the V2 runner runs).  Leading did not make the
-    compiled engines agree (run d): Inductor's picks were per process, its
-    cache under each engine's own VLLM_CACHE_ROOT; arms.compilation_config
-    now keeps Inductor from picking by timing."""
+    @triton.autotune'd (vLLM sets TRITON_CACHE_AUTOTUNING=1).  So stock V1
+    leads every cell, and stock V2 too for the V2 arms (kernels only the V2
+    runner runs).  Inductor's picks are each engine's own (its cache under
+    the engine's VLLM_CACHE_ROOT): arms.compilation_config keeps Inductor
+    from picking by timing."""
     if arm is STOCK:
         return [] if runner is Runner.V1 else [Runner.V1]
     return [Runner.V1] if runner is Runner.V1 else [Runner.V1, runner]

@@ -1,8 +1,9 @@
-"""Decode step time of every arm against stock, interleaved, and its summary.
+"""Step time of every arm against stock, interleaved, and its summary.
 
 A sample holds three figures of `steps` consecutive `LLMEngine.step()` calls
 of a decode batch of `bs` requests (after `warm` steps of prefill and first
-decodes):
+decodes): decode steps, MTP verify iterations under an MTP serving
+configuration, or mixed steps (a prefill chunk beside the decodes: Plan):
 - step_s: their mean wall time, the GPU synchronized only at both ends: the
   period of back-to-back decode steps, what a user sees as inter-token
   latency, host and GPU together;
@@ -14,24 +15,19 @@ decodes):
   kernels, for a graph that draws) and the graph, one launch, back to back
   behind a spin that lets the host enqueue them first: under FULL graphs, where
   the in-graph seed draws are, and what the microbenchmark's graph mode
-  times.  Runs up to f had no spin, so on an idle GPU their spans also held
-  the host's time to enqueue the replay, longer for graphs that draw than
-  for the floor's.
+  times.
 Under TP every rank times its own forwards and replays; a step's figure is
 its slowest rank's (worker.py's merge_spans: the ranks wait for each other in
 every all-reduce), and a sample also keeps each rank's median replay
 (rank_replay_s) and the spread between ranks (replay_spread_s), tabulated by
 report.py.
-On 2026-11-30 (H200 x2) step_s had IQRs of 190-1250 µs at 3.1-4.1 ms per
-step with both runners measured at once; measured one after the other,
-forward_s still had IQRs of 550-1150 µs at 2.3-3.1 ms (a host-bound step:
-the GPU waits on the host inside execute_model, so its span is host time).
-Both are far above the ~70 µs at stake. Hence replay_s: in the third run its
-IQRs were 2-29 µs (bench/results/engine-nvidia-h200x2-20261130c.md). The
-engines run with arms.DETERMINISTIC_ENV and, compiled, Inductor's
-deterministic mode (arms.compilation_config), as the identity check's do:
-every arm then runs the same compiled kernels, so a difference between arms
-is not a different autotuning pick (through run d it was: arms.py says why).
+step_s and forward_s carry the host's time (a decode step is host-bound:
+the GPU waits on the host inside execute_model), with IQRs of hundreds of µs;
+replay_s resolves µs (bench/results/engine-harness-history.md).  The engines
+run with arms.DETERMINISTIC_ENV and, compiled, Inductor's deterministic mode
+(arms.compilation_config), as the identity check's do: every arm runs the
+same compiled kernels, so a difference between arms is not a different
+autotuning pick.
 Each round takes one sample of every (arm, batch size) of one runner, in an
 order shuffled by `random.Random(seed, runner, round)`, so drift over the
 run falls on every arm alike and no arm keeps the same neighbour. Intervals
@@ -68,11 +64,9 @@ from .session import Settings, close_all, profile_batch_sizes_from_env, spawn_al
 
 @dataclass(frozen=True)
 class Plan:
-    # A sample of 48 + 4 steps took ~0.9 s on 2026-11-30 (steps of ~3 ms,
-    # requests added and aborted, the replies).  replay_s, the figure that
-    # resolves µs, is a median over the sample's steps of one graph's GPU
-    # time, so 24 steps do: 10 rounds x 6 arms x 4 batch sizes x ~0.5 s,
-    # ~2 minutes per runner.
+    # replay_s, the figure that resolves µs, is a median over the sample's
+    # steps of one graph's GPU time, so 24 steps do: a sample takes ~0.5 s,
+    # 10 rounds x 8 arms x 4 batch sizes ~3 minutes per runner.
     rounds: int = 10
     steps: int = 24
     warm: int = 4
@@ -296,8 +290,7 @@ def run(
 
     try:
         # Every engine starts at once (kv_cache_memory_bytes skips vLLM's memory
-        # profiling, so engines on one GPU can; one after the other, a cold
-        # start took 35-45 s per engine on 2x H200, 2026-11-30e).  The figures
+        # profiling, so engines on one GPU can).  The figures
         # are of decode graph replays, whose kernels no start picks by timing:
         # Inductor's are deterministic (compilation_config), and the Triton
         # autotuning of a start is of the prefill kernels.  The runners are

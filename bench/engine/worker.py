@@ -228,8 +228,7 @@ def _init_weights(worker: Any) -> int:
 
 def _mamba_caches(net: Any) -> list[Any]:
     """Per Mamba-2 layer, in the model's order (layers.0 first, then layers.2:
-    named_modules' order; the records of runs a to d sorted by name, where
-    layers.10 came second), its (conv state, SSM state) tensors: first
+    named_modules' order), its (conv state, SSM state) tensors: first
     dimension the cache slot (vLLM's block id)."""
     from vllm.model_executor.layers.mamba.mamba_mixer2 import MambaMixer2
 
@@ -244,8 +243,7 @@ def _request_slots(state: Any) -> Any:
     """A state tensor without slot 0: vLLM's null block, which no request holds.
     A padded CUDA-graph batch (V2 FULL) reads and writes its padding entries
     there, from stale input buffers: bits no request ever reads, and not the
-    same from process to process (stock differed from stock there on
-    2026-11-30, bench/results/engine-nvidia-h200x2-20261130c.md)."""
+    same from process to process."""
     return state[1:]
 
 
@@ -253,9 +251,8 @@ def zero_states(net: Any) -> int:
     """Zeroes every Mamba-2 layer's conv and SSM state, every slot; returns the
     layer count.  Profile, warm-up and capture forwards leave bits of their own
     in slots no request holds yet; from zero, a slot differs only where a
-    request's (or padding's) forward wrote different bits.  (With prefix
-    caching a request holds a slot per block of its tokens: 3 requests of
-    5-214 scheduled tokens wrote 17 slots at step 0 on 2026-11-30.)"""
+    request's (or padding's) forward wrote different bits (with prefix
+    caching, a request holds a slot per block of its tokens)."""
     import torch
 
     caches = _mamba_caches(net)
@@ -429,8 +426,7 @@ class ReplaySpans:
     first spins (`SPIN_CYCLES`), the start event is recorded behind the spin,
     and by the time it fires the host has enqueued the whole replay: the pair
     spans the prologue's kernels and the graph's back to back on the GPU, what
-    the microbenchmark's graph mode times.  Runs up to f (2026-11-30) recorded
-    the start without the spin.
+    the microbenchmark's graph mode times.
     """
 
     def __init__(self) -> None:

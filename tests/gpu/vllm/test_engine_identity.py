@@ -191,7 +191,7 @@ def test_stock_is_not_degenerate(identity, runner: Runner, cell) -> None:
     with NaN: arms.IDENTITY_ENV)."""
     sanity = record(identity, STOCK.name, runner, *cell).get("sanity")
     if sanity is None:
-        pytest.skip("records of a run before the sanity figures (2026-11-30d and earlier)")
+        pytest.skip("records of a run before the sanity figures")
     assert sanity["finite_logprobs"], "a sampled token's logprob is not finite"
     assert sanity["fewest_distinct_tokens"] > 1, "a request sampled one token id only"
 
@@ -235,7 +235,7 @@ def test_serving_options_took_effect(identity, runner: Runner, cell) -> None:
     mode, serving = cell
     stock = record(identity, STOCK.name, runner, mode, serving)
     if "cached_tokens" not in stock:
-        pytest.skip("records of a run before the serving configurations (2026-12-01 and earlier)")
+        pytest.skip("records of a run before the serving configurations")
     cached = stock["cached_tokens"]
     counters = stock.get("counters", {})
     later = [f"r{i}" for i in SHARED_PREFIX_REQUESTS[1:]]
