@@ -738,14 +738,14 @@ class Engine:
     @contextlib.contextmanager
     def _decoding(self, bs: int, steps: int, warm: int) -> Iterator[Any]:
         """A decode batch of `bs` requests past `warm` steps of prefill and first
-        decodes, with room for `steps` more; aborted and drained on exit."""
+        decodes, with room for `steps` more (of up to 1 + K tokens each under
+        MTP); aborted and drained on exit."""
         engine = self.llm.llm_engine
         ids = [f"t{time.monotonic_ns()}-{i}" for i in range(bs)]
         tokens = prompts((TIMING_PROMPT_LENGTH,) * bs, self.config["vocab_size"])
+        room = (warm + steps) * (1 + self.serving.speculative_tokens) + 8
         for rid, prompt in zip(ids, tokens, strict=False):
-            engine.add_request(
-                rid, {"prompt_token_ids": prompt}, self._params(warm + steps + 8, None)
-            )
+            engine.add_request(rid, {"prompt_token_ids": prompt}, self._params(room, None))
         for _ in range(warm):
             engine.step()
         try:
