@@ -232,9 +232,8 @@ SERVING_BY_NAME = {serving.name: serving for serving in SERVINGS}
 # model.model_config(), the MTP configs' conv state being longer).
 PREFIX_MAX_NUM_BATCHED_TOKENS = 2048
 PREFIX_MAX_MODEL_LEN = 4096
-# Blocks of ~1100 tokens, one per Mamba-2 KV-cache group and the attention
-# group for every block of a request's tokens, and the cached ones kept: twice
-# engine_kwargs' 1 GiB, so that 8 requests of up to 2.5k tokens need no preemption.
+# Twice engine_kwargs' 1 GiB: blocks of ~1100 tokens in every KV-cache group,
+# for prompts of up to 2.5k tokens beside the blocks the cache keeps.
 PREFIX_KV_CACHE_BYTES = 2 << 30
 # vLLM's GPU worker, set up for the arm first (worker.prepare_rank) in every
 # rank's process: at TP 1 the engine's own, under TP one per rank.

@@ -1,7 +1,8 @@
 """The identity check's run: every (arm, runner) engine through every serving
 configuration and graph mode.
 
-`run(settings)` starts one worker per (arm, runner) (session.py), each going
+`run(settings)` starts one worker per (arm, runner) (session.py; the runners
+of $SR_ENGINE_RUNNERS, both when unset), each going
 through the servings of $SR_ENGINE_SERVING (arms.SERVINGS; plain when unset)
 and, in each, the MODES of $SR_ENGINE_MODES, and returns every cell's record
 (each TP rank's state in it: worker.py's identity).  Stock leads every cell:
@@ -123,15 +124,16 @@ def run(settings: Settings, spawn: Callable[..., dict] = spawn_all) -> dict[str,
     cells = [(serving, mode) for serving in servings for mode in modes]
     todo = {
         (arm.name, runner): [c for c in cells if key(arm.name, runner, c[1], c[0]) not in records]
-        for runner in Runner
+        for runner in settings.runners
         for arm in arms
     }
-    pairs = [(arm, runner) for runner in Runner for arm in arms if todo[arm.name, runner]]
+    pairs = [(arm, runner) for runner in settings.runners for arm in arms if todo[arm.name, runner]]
     workers = spawn(pairs, settings, "identity", IDENTITY_ENV)
-    # Set once stock's engine of (runner, serving, mode) has given its record (or failed).
+    # Set once stock's engine of (runner, serving, mode) has given its record (or
+    # failed); from the start for a runner not run (SR_ENGINE_RUNNERS).
     led = {(runner, cell): threading.Event() for runner in Runner for cell in cells}
     for (runner, (serving, mode)), event in led.items():
-        if key(STOCK.name, runner, mode, serving) in records:
+        if runner not in settings.runners or key(STOCK.name, runner, mode, serving) in records:
             event.set()
     lock = threading.Lock()
     paths = [settings.out / "identity.json"]

@@ -7,8 +7,9 @@ the worker pool: one worker per (arm, runner), started side by side.
     SR_ENGINE_TP     1, 2, 4 or 8   tensor-parallel size of every engine (default 1):
                                     one process per rank, each rank one TP4 rank's work
                                     (model.model_config)
-    SR_ENGINE_RUNNERS v1,v2         the runners the timing measures (default both; one
-                                    runner fits a device call of 10 minutes)
+    SR_ENGINE_RUNNERS v1,v2         the runners the timing measures and the identity
+                                    run judges (default both; one runner fits a
+                                    device call of 10 minutes)
     SR_ENGINE_ARMS   stock,floor,... the arms the timing measures (default all of
                                     arms.TIMING_ARMS; stock is always among them):
                                     fewer arms, fewer engines and samples per call

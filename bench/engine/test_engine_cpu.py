@@ -1735,3 +1735,20 @@ def test_the_timing_report_says_which_steps_it_times() -> None:
         report.merge_timing([one, {"runners": {"v2": {}}}])
     merged = report.merge_timing([one, {"runners": {"v2": {}}, "serving": "mtp7"}])
     assert (merged["serving"], merged["workload"]) == ("mtp7", "decode")
+
+
+def test_the_identity_run_can_judge_one_runner(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """With SR_ENGINE_RUNNERS=v2 the V2 engines run without waiting for a V1
+    stock engine that never starts; only V2 cells are recorded."""
+    monkeypatch.setenv(session.IDENTITY_ARMS_ENV, "reset-kernel")
+    monkeypatch.setenv(session.MODES_ENV, "eager")
+    calls: list[tuple[str, str, dict]] = []
+    settings = session.Settings({}, ("0",), tmp_path, (Runner.V2,))
+    records = identity.run(settings, spawn=quick_spawn(calls))["records"]
+    assert sorted(records) == sorted(
+        identity.key(arm, Runner.V2, GraphMode.EAGER)
+        for arm in ("stock", "stock-again", "reset-kernel")
+    )
+    assert {name.split("/")[1] for name, _, _ in calls} == {"v2"}

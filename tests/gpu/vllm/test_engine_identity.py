@@ -62,6 +62,7 @@ from bench.engine.report import compact_record, first_difference, merge_identity
 from bench.engine.session import (
     IDENTITY_ARMS_ENV,
     MODES_ENV,
+    RUNNERS_ENV,
     SERVING_ENV,
     SKIP_REASON,
     Settings,
@@ -117,7 +118,9 @@ def record(
     if cell not in identity["records"] and SAVED:
         pytest.skip(f"{cell} is not in {SAVED} (a run before that arm or serving)")
     if cell not in identity["records"]:
-        pytest.skip(f"{cell} was not run ({IDENTITY_ARMS_ENV}, {MODES_ENV}, {SERVING_ENV})")
+        pytest.skip(
+            f"{cell} was not run ({IDENTITY_ARMS_ENV}, {MODES_ENV}, {SERVING_ENV}, {RUNNERS_ENV})"
+        )
     got = identity["records"][cell]
     if "error" in got:
         pytest.fail(f"{cell} did not run: {got['error']}", pytrace=False)
@@ -266,6 +269,8 @@ def test_engagement_line(identity, runner: Runner) -> None:
         for arm in ARMS
         if f"{arm.name}/{runner.value}" in identity["engagement"]  # a run of some arms
     }
+    if not lines:
+        pytest.skip(f"no engine of {runner.value} ran ({RUNNERS_ENV})")
     n = model.mamba2_layers()
     # vLLM's copy has one drawer and plan, so its line names the design and backend
     # only; the variant arms swap runner_hooks' prefetcher in behind the same line.
