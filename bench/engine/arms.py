@@ -1,4 +1,5 @@
-"""The arms the engine runs compare, and the settings every engine shares.
+"""The arms the engine runs compare, the serving configurations they run in,
+and the settings every engine shares.
 
 An arm is a vLLM copy (stock, or patched with one design) plus the
 environment its process starts with; VLLM_MAMBA_SR_SEED_* are read once per
@@ -233,7 +234,7 @@ SERVING_BY_NAME = {serving.name: serving for serving in SERVINGS}
 PREFIX_MAX_NUM_BATCHED_TOKENS = 2048
 PREFIX_MAX_MODEL_LEN = 4096
 # Twice engine_kwargs' 1 GiB: blocks of ~1100 tokens in every KV-cache group,
-# for prompts of up to 2.5k tokens beside the blocks the cache keeps.
+# for prompts of up to 3.6k tokens beside the blocks the cache keeps.
 PREFIX_KV_CACHE_BYTES = 2 << 30
 # vLLM's GPU worker, set up for the arm first (worker.prepare_rank) in every
 # rank's process: at TP 1 the engine's own, under TP one per rank.

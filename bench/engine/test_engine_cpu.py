@@ -1419,7 +1419,7 @@ def test_align_mode_batches_hold_a_block(k: int) -> None:
     token_bytes = 2 * config["num_key_value_heads"] * config["head_dim"] * 2
     block = 16 * math.ceil((conv_bytes + ssm_bytes) / (16 * token_bytes))
     assert 1000 < block <= arms.PREFIX_MAX_NUM_BATCHED_TOKENS
-    longest = block * 3 // 2 + max(
+    longest = int(block * worker.SHARED_PREFIX_BLOCKS) + max(
         worker.PROMPT_LENGTHS[i] + worker.MAX_TOKENS[i] for i in worker.SHARED_PREFIX_REQUESTS
     )
     assert longest + k <= arms.PREFIX_MAX_MODEL_LEN <= config["max_position_embeddings"]
@@ -1472,7 +1472,7 @@ def test_the_identity_run_goes_through_each_serving(
     assert all(serving == "plain" for _, serving in starts[:first_mtp])
 
 
-def test_the_prefix_workload_shares_a_block_and_a_half(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_prefix_workload_shares_two_blocks_and_a_half(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(worker, "zero_states", lambda net: 40)
     monkeypatch.setattr(worker, "layer_sums", lambda net: ["0" * 32])
     monkeypatch.setattr(worker, "slot_sums", lambda net: ["0" * 16])
@@ -1493,7 +1493,7 @@ def test_the_prefix_workload_shares_a_block_and_a_half(monkeypatch: pytest.Monke
     shared = [f"r{i}" for i in worker.SHARED_PREFIX_REQUESTS]
     for rid, ids in prefix_prompts.items():
         if rid in shared:
-            assert ids[:96] == prefix_prompts["r0"][:96] and ids[96:] == plain_prompts[rid]
+            assert ids[:160] == prefix_prompts["r0"][:160] and ids[160:] == plain_prompts[rid]
         else:
             assert ids == plain_prompts[rid]
     assert {rid for rid, n in prefix["cached_tokens"].items() if n} == set(shared[1:])

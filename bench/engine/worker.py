@@ -66,9 +66,14 @@ TORCH_DETERMINISTIC_ENV = "SR_ENGINE_TORCH_DETERMINISTIC"
 ARM_ENV = "SR_ENGINE_ARM"
 TIMING_PROMPT_LENGTH = 32
 # Under prefix caching, these requests' prompts start with one shared prefix
-# of a block and a half (the engine's block, known once it has started), so
-# that the later three find the first's full block in the cache.
+# of SHARED_PREFIX_BLOCKS of the engine's blocks (known once it has started),
+# so that the later three find the first's state at a block boundary in the
+# cache: in align mode the last block boundary a prompt's state is cached at
+# is its last full block's, one block earlier under MTP (vLLM 0.26.0's
+# scheduler backs off a block for drafters that take the target's hidden
+# states), so 2.5 blocks leave one cached either way.
 SHARED_PREFIX_REQUESTS = (0, 5, 8, 10)
+SHARED_PREFIX_BLOCKS = 2.5
 # The counters an identity record keeps (Engine.counters).
 COUNTER_PREFIXES = ("vllm:spec_decode_num_", "vllm:prefix_cache_")
 
@@ -611,11 +616,11 @@ class Engine:
 
     def identity_prompts(self) -> list[list[int]]:
         """The identity workload's prompts; under prefix caching, those of
-        SHARED_PREFIX_REQUESTS after one shared prefix of 1.5 blocks."""
+        SHARED_PREFIX_REQUESTS after one shared prefix of SHARED_PREFIX_BLOCKS."""
         tokens = prompts(PROMPT_LENGTHS, self.config["vocab_size"])
         if not self.serving.prefix_caching:
             return tokens
-        shared_length = self.block_size() * 3 // 2
+        shared_length = int(self.block_size() * SHARED_PREFIX_BLOCKS)
         (shared,) = prompts((shared_length,), self.config["vocab_size"], seed=PROMPT_SEED + 1)
         return [
             shared + ids if i in SHARED_PREFIX_REQUESTS else ids for i, ids in enumerate(tokens)
