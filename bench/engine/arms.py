@@ -1,4 +1,5 @@
-"""The arms the engine runs compare, and the settings every engine shares.
+"""The arms the engine runs compare, the serving configurations they run in,
+and the settings every engine shares.
 
 An arm is a vLLM copy (stock, or patched with one design) plus the
 environment its process starts with; VLLM_MAMBA_SR_SEED_* are read once per
@@ -49,6 +50,9 @@ class Perturb(str, enum.Enum):
     GENERATOR_SEED = "generator-seed"
     # No draw at all: every SR seed is one constant tensor (the timing's floor).
     NO_DRAW = "no-draw"
+    # NO_DRAW plus one one-element draw from the default generator per forward
+    # (the timing's floor-rng).
+    ONE_DRAW = "one-draw"
 
 
 @dataclass(frozen=True)
@@ -141,49 +145,28 @@ FLOOR = Arm(
     what="stock, every SR seed one constant tensor: no draws",
     microbench="floor",
 )
-TIMING_ARMS = (*ARMS, FLOOR)
+# The drawing floor: the floor plus one one-element draw per forward, at its
+# first SSU call (inside the graph where captured, so its replay also runs
+# torch's prologue for a graph that draws): the least a path that draws
+# stock's seeds from the default generator can cost.
+FLOOR_RNG = Arm(
+    "floor-rng",
+    Copy.STOCK,
+    perturb=Perturb.ONE_DRAW,
+    what="the floor plus one one-element draw per forward",
+    microbench="floor-rng",
+)
+TIMING_ARMS = (*ARMS, FLOOR, FLOOR_RNG)
 # Every arm the identity check runs, in its table's order.
 IDENTITY_ARMS = ARMS + CONTROLS
-BY_NAME = {arm.name: arm for arm in (*IDENTITY_ARMS, FLOOR)}
+BY_NAME = {arm.name: arm for arm in (*IDENTITY_ARMS, FLOOR, FLOOR_RNG)}
 
-# What two processes of the same code need to compute the same bits, as far
-# as it is known.  On 2026-11-30 (H200 x2), first run, 14 engines started side
-# by side: flag-off (stock's seed path) differed from stock from the first
-# (prefill) step in the compiled cells, eager cells mostly agreed.  Two causes
-# were fixed: vLLM's Mamba-2 SSD prefill kernels are @triton.autotune'd, and
-# engines that autotune side by side pick by timing under load (vLLM already
-# sets TRITON_CACHE_AUTOTUNING=1, so the first pick in the shared Triton cache
-# is every later process's: tests/gpu/vllm's identity run now lets one engine
-# pick before the others start), and Inductor benchmarks its generated
-# kernels' configs (TORCHINDUCTOR_DETERMINISTIC=1 was meant to skip that; the
-# fourth run found it does not hold, below).  Second run,
-# with both: every eager cell agrees, all arms, both runners; in every
-# compiled cell each process still computes its own bits from step 0, stock
-# against stock included (bench/results/engine-nvidia-h200x2-20261130b.md).
-# That cause is not found yet; the identity test skips such cells as
-# inconclusive and fails their positive control.  Third run (same day,
-# bench/results/engine-nvidia-h200x2-20261130c.md): not the seeds (the
-# generator stood at the same offset in every process before the workload
-# and after each of its first steps, and step 0, a prefill, draws none),
-# and not Python's string hashing (PYTHONHASHSEED=0 in every engine did not
-# help; a stock engine under PYTHONHASHSEED=1 differed no more than stock
-# again).  Layer 0 already differs after step 0, and some pairs of engines
-# agree: a few choices made per process, as kernels picked by timing side by
-# side make.  identity.py now lets stock lead every mode (`_leaders`).
-# Fourth run (2026-11-30d): stock leading did not help either.  A diagnostic
-# (bench/engine/reproduce.py, bench/results/engine-reproduce-nvidia-h200x2-
-# 20261130.md) ran stock V1 PIECEWISE in two processes per setting: as run,
-# on one compile's cache, and without prefix caching, the two differed from
-# step 0; with torch's deterministic algorithms (new allocations filled) they
-# agreed over all 163 steps.  The cause: under torch 2.11 the environment
-# variable does not hold (compilation_config says why), so each process tuned
-# Inductor's reductions by its own timing.  Every engine now gets Inductor's
-# deterministic mode through compilation_config, and the identity run adds
-# IDENTITY_ENV, the setting the diagnostic showed to agree.  Fifth run
-# (2026-11-30e, bench/results/engine-nvidia-h200x2-20261130e.md), with both:
-# stock against stock identical in all six cells, every arm judged and
-# identical.  Whether the compile config alone suffices is not measured
-# (reproduce.py's variants can tell).
+# What two processes of the same code need to compute the same bits: the
+# first Triton autotuning pick in the shared cache is every later engine's
+# (identity._leaders lets stock pick first), and Python's hashing is fixed.
+# TORCHINDUCTOR_DETERMINISTIC does not hold under torch 2.11 on its own
+# (compilation_config carries Inductor's deterministic mode); how each
+# setting was found: bench/results/engine-harness-history.md.
 DETERMINISTIC_ENV = {
     "TRITON_CACHE_AUTOTUNING": "1",
     "TORCHINDUCTOR_DETERMINISTIC": "1",
@@ -210,16 +193,62 @@ MULTICAST_OFF_ENV = {
 
 SEED = 0
 BATCH_SIZES = (1, 2, 4, 8)
+
+
+@dataclass(frozen=True)
+class Serving:
+    """An engine's serving options beyond engine_kwargs' common ones: MTP
+    speculative decoding, async scheduling, prefix caching (Mamba cache in
+    align mode)."""
+
+    name: str
+    what: str
+    # MTP drafts per verify step (vLLM's speculative_config
+    # num_speculative_tokens); 0: no speculative decoding.
+    speculative_tokens: int = 0
+    # vLLM 0.26.0 turns async scheduling on by default, MTP included.
+    async_scheduling: bool = True
+    prefix_caching: bool = False
+
+
+PLAIN = Serving("plain", "vLLM 0.26.0's defaults: async scheduling, no MTP, no prefix caching")
+SERVINGS: tuple[Serving, ...] = (
+    PLAIN,
+    Serving("sync", "async scheduling off", async_scheduling=False),
+    Serving("mtp3", "MTP, 3 speculative tokens", speculative_tokens=3),
+    Serving("mtp7", "MTP, 7 speculative tokens", speculative_tokens=7),
+    Serving("prefix", "prefix caching, Mamba cache in align mode", prefix_caching=True),
+    Serving(
+        "seed-serving",
+        "the seed document's: MTP with 7 speculative tokens, async scheduling, "
+        "prefix caching in align mode",
+        speculative_tokens=7,
+        prefix_caching=True,
+    ),
+)
+SERVING_BY_NAME = {serving.name: serving for serving in SERVINGS}
+# Prefix caching in align mode caches a Mamba state only at a block boundary
+# that a step ends on, and needs max_num_batched_tokens >= the block (the
+# attention block that holds one Mamba state: 1056-1136 tokens for
+# model.model_config(), the MTP configs' conv state being longer).
+PREFIX_MAX_NUM_BATCHED_TOKENS = 2048
+PREFIX_MAX_MODEL_LEN = 4096
+# Twice engine_kwargs' 1 GiB: blocks of ~1100 tokens in every KV-cache group,
+# for prompts of up to 3.6k tokens beside the blocks the cache keeps.
+PREFIX_KV_CACHE_BYTES = 2 << 30
 # vLLM's GPU worker, set up for the arm first (worker.prepare_rank) in every
 # rank's process: at TP 1 the engine's own, under TP one per rank.
 WORKER_CLS = "bench.engine.rank_worker.RankWorker"
 
 
-def engine_kwargs(model_dir: str, mode: GraphMode, seed: int = SEED, tp: int = 1) -> dict:
+def engine_kwargs(
+    model_dir: str, mode: GraphMode, seed: int = SEED, tp: int = 1, serving: Serving = PLAIN
+) -> dict:
     """LLM(...) arguments of every run: vLLM 0.26.0's FlashInfer SSU with fp16
     state and stochastic rounding (5 Philox rounds), as the seed document
     serves, with graphs for batch sizes 1-8, over `tp` tensor-parallel ranks
-    (one process per rank, vLLM's multiprocessing executor, where tp > 1).
+    (one process per rank, vLLM's multiprocessing executor, where tp > 1),
+    with `serving`'s options (serving_kwargs).
 
     kv_cache_memory_bytes skips vLLM's memory profiling, so engines on one
     GPU can start side by side, and keeps the state small enough to hash
@@ -252,6 +281,38 @@ def engine_kwargs(model_dir: str, mode: GraphMode, seed: int = SEED, tp: int = 1
     else:
         kwargs["cudagraph_capture_sizes"] = list(BATCH_SIZES)
         kwargs["compilation_config"] = compilation_config(mode)
+    kwargs.update(serving_kwargs(serving, mode))
+    return kwargs
+
+
+def serving_kwargs(serving: Serving, mode: GraphMode) -> dict:
+    """What `serving` adds to engine_kwargs: nothing for PLAIN; for the others
+    stat logging (the identity record's counters) and their options.
+
+    MTP: the model directory's MTP variant (model.mtp_model_dir) holds the
+    drafter, and graphs are captured per token count: a verify step of batch
+    size b runs b x (1 + K) tokens (vLLM rounds capture sizes up to multiples
+    of 1 + K and drops those above the largest given).
+    """
+    if serving == PLAIN:
+        return {}
+    # The identity record reads vLLM's spec-decode and prefix-cache counters.
+    kwargs: dict = {"disable_log_stats": False}
+    if serving.speculative_tokens:
+        k = serving.speculative_tokens
+        kwargs["speculative_config"] = {"method": "mtp", "num_speculative_tokens": k}
+        if mode is not GraphMode.EAGER:
+            kwargs["cudagraph_capture_sizes"] = [bs * (1 + k) for bs in BATCH_SIZES]
+    if not serving.async_scheduling:
+        kwargs["async_scheduling"] = False
+    if serving.prefix_caching:
+        kwargs.update(
+            enable_prefix_caching=True,
+            mamba_cache_mode="align",
+            max_num_batched_tokens=PREFIX_MAX_NUM_BATCHED_TOKENS,
+            max_model_len=PREFIX_MAX_MODEL_LEN,
+            kv_cache_memory_bytes=PREFIX_KV_CACHE_BYTES,
+        )
     return kwargs
 
 
@@ -260,13 +321,12 @@ def compilation_config(mode: GraphMode, *, inductor_deterministic: bool = True) 
 
     Inductor's deterministic mode, through vLLM's inductor_compile_config:
     without it, Inductor picks its reduction kernels' block sizes (RMSNorm's)
-    by timing each process, and two stock processes compute different bits
-    (runs a to d of 2026-11-30).  TORCHINDUCTOR_DETERMINISTIC=1
-    (DETERMINISTIC_ENV) does not hold under torch 2.11: Dynamo restores
-    torch.use_deterministic_algorithms(False) after converting a frame, and
-    that call resets inductor's config.deterministic (the generated kernels
-    of run d say 'deterministic': False).  vLLM applies inductor_compile_config
-    as a patch around each compile, where it holds.
+    by timing each process, and two stock processes compute different bits.
+    TORCHINDUCTOR_DETERMINISTIC=1 (DETERMINISTIC_ENV) does not hold under
+    torch 2.11: Dynamo restores torch.use_deterministic_algorithms(False)
+    after converting a frame, and that call resets inductor's
+    config.deterministic.  vLLM applies inductor_compile_config as a patch
+    around each compile, where it holds.
 
     vLLM also turns on Inductor's combo kernels and benchmarks whether to use
     them: a pick by timing, and benchmarking that deterministic mode refuses

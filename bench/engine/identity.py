@@ -1,11 +1,14 @@
-"""The identity check's run: every (arm, runner) engine through every graph mode.
+"""The identity check's run: every (arm, runner) engine through every serving
+configuration and graph mode.
 
-`run(settings)` starts one worker per (arm, runner) (session.py), each going
-through MODES, and returns every cell's record (each TP rank's state in it:
-worker.py's identity).  Stock leads every mode: its
-V1 engine of a mode starts alone, then stock's V2 engine, then every other
-arm's (`_leaders`).  Used by tests/gpu/vllm/test_engine_identity.py, which
-asserts on the records.
+`run(settings)` starts one worker per (arm, runner) (session.py; the runners
+of $SR_ENGINE_RUNNERS, both when unset), each going
+through the servings of $SR_ENGINE_SERVING (arms.SERVINGS; plain when unset)
+and, in each, the MODES of $SR_ENGINE_MODES, and returns every cell's record
+(each TP rank's state in it: worker.py's identity).  Stock leads every cell:
+its V1 engine of a (serving, mode) starts alone, then stock's V2 engine, then
+every other arm's (`_leaders`).  Used by tests/gpu/vllm/test_engine_identity.py,
+which asserts on the records.
 """
 
 from __future__ import annotations
@@ -19,37 +22,39 @@ from pathlib import Path
 from typing import Any
 
 from . import model
-from .arms import IDENTITY_ENV, STOCK, Arm, GraphMode, Runner
+from .arms import IDENTITY_ENV, PLAIN, STOCK, Arm, GraphMode, Runner, Serving
 from .session import (
     Settings,
     close_all,
     identity_arms_from_env,
     modes_from_env,
+    servings_from_env,
     spawn_all,
     write_json,
 )
 
 
-def key(arm: str, runner: Runner, mode: GraphMode) -> str:
-    return f"{arm}/{runner.value}/{mode.value}"
+def key(arm: str, runner: Runner, mode: GraphMode, serving: Serving = PLAIN) -> str:
+    """A cell's name: arm/runner/mode, and /serving for all but PLAIN (whose
+    records of runs before the servings have the same names)."""
+    cell = f"{arm}/{runner.value}/{mode.value}"
+    return cell if serving == PLAIN else f"{cell}/{serving.name}"
 
 
 MODES = (GraphMode.EAGER, GraphMode.FULL_AND_PIECEWISE, GraphMode.PIECEWISE)
 
 
 def _leaders(arm: Arm, runner: Runner) -> list[Runner]:
-    """Whose stock engine of a mode must have run before this arm's starts.
+    """Whose stock engine of a (serving, mode) must have run before this arm's starts.
 
     Kernels picked by timing differ from engine to engine when engines pick
     side by side; an engine that starts after the picks are in the shared
     Triton cache reads them instead: the Mamba-2 SSD prefill kernels are
-    @triton.autotune'd (vLLM sets TRITON_CACHE_AUTOTUNING=1).  Eager engines
-    that waited for stock V1's eager engine agreed, every arm on both runners,
-    on 2026-11-30.  So stock V1 leads every mode, and stock V2 too for the V2
-    arms (kernels only the V2 runner runs).  Leading did not make the
-    compiled engines agree (run d): Inductor's picks were per process, its
-    cache under each engine's own VLLM_CACHE_ROOT; arms.compilation_config
-    now keeps Inductor from picking by timing."""
+    @triton.autotune'd (vLLM sets TRITON_CACHE_AUTOTUNING=1).  So stock V1
+    leads every cell, and stock V2 too for the V2 arms (kernels only the V2
+    runner runs).  Inductor's picks are each engine's own (its cache under
+    the engine's VLLM_CACHE_ROOT): arms.compilation_config keeps Inductor
+    from picking by timing."""
     if arm is STOCK:
         return [] if runner is Runner.V1 else [Runner.V1]
     return [Runner.V1] if runner is Runner.V1 else [Runner.V1, runner]
@@ -73,25 +78,29 @@ def _resumed() -> dict[str, Any]:
     }
 
 
+Cell = tuple[Serving, GraphMode]
+
+
 def _run_worker(
     worker: Any,
-    modes: list[GraphMode],
+    cells: list[Cell],
     respawn: Any,
     keep: Any,
-    before: Callable[[GraphMode], None],
+    before: Callable[[Cell], None],
 ) -> None:
-    """Each mode's record from one worker, to `keep(mode, record, lines)` as it
-    comes, with the worker's engagement lines so far (kept with the records,
-    so that a run cut off by a call's time limit has them when it resumes),
-    respawning the worker once after a failure.  `before(mode)` returns when
-    the worker's engine of that mode may start."""
-    for mode in modes:
-        before(mode)
+    """Each (serving, mode) cell's record from one worker, to `keep(cell, record,
+    lines)` as it comes, with the worker's engagement lines so far (kept with
+    the records, so that a run cut off by a call's time limit has them when it
+    resumes), respawning the worker once after a failure.  `before(cell)`
+    returns when the worker's engine of that cell may start."""
+    for cell in cells:
+        serving, mode = cell
+        before(cell)
         for attempt in (1, 2):
             try:
                 if isinstance(worker, Exception):
                     raise worker
-                started = worker.call("start", mode=mode.value)
+                started = worker.call("start", mode=mode.value, serving=serving.name)
                 record = worker.call("identity")
                 record["start_s"] = started["start_s"]
                 break
@@ -100,7 +109,7 @@ def _run_worker(
                 if not isinstance(worker, Exception):
                     worker.close()
                 worker = respawn()
-        keep(mode, record, None if isinstance(worker, Exception) else worker.engagement())
+        keep(cell, record, None if isinstance(worker, Exception) else worker.engagement())
     if not isinstance(worker, Exception):
         worker.close()
 
@@ -111,18 +120,20 @@ def run(settings: Settings, spawn: Callable[..., dict] = spawn_all) -> dict[str,
     previous = _resumed()
     records: dict[str, Any] = dict(previous["records"])
     engagement: dict[str, list[str]] = dict(previous["engagement"])
-    arms, modes = identity_arms_from_env(), modes_from_env(MODES)
+    arms, modes, servings = identity_arms_from_env(), modes_from_env(MODES), servings_from_env()
+    cells = [(serving, mode) for serving in servings for mode in modes]
     todo = {
-        (arm.name, runner): [mode for mode in modes if key(arm.name, runner, mode) not in records]
-        for runner in Runner
+        (arm.name, runner): [c for c in cells if key(arm.name, runner, c[1], c[0]) not in records]
+        for runner in settings.runners
         for arm in arms
     }
-    pairs = [(arm, runner) for runner in Runner for arm in arms if todo[arm.name, runner]]
+    pairs = [(arm, runner) for runner in settings.runners for arm in arms if todo[arm.name, runner]]
     workers = spawn(pairs, settings, "identity", IDENTITY_ENV)
-    # Set once stock's engine of (runner, mode) has given its record (or failed).
-    led = {(runner, mode): threading.Event() for runner in Runner for mode in MODES}
-    for (runner, mode), event in led.items():
-        if key(STOCK.name, runner, mode) in records:
+    # Set once stock's engine of (runner, serving, mode) has given its record (or
+    # failed); from the start for a runner not run (SR_ENGINE_RUNNERS).
+    led = {(runner, cell): threading.Event() for runner in Runner for cell in cells}
+    for (runner, (serving, mode)), event in led.items():
+        if runner not in settings.runners or key(STOCK.name, runner, mode, serving) in records:
             event.set()
     lock = threading.Lock()
     paths = [settings.out / "identity.json"]
@@ -139,18 +150,19 @@ def run(settings: Settings, spawn: Callable[..., dict] = spawn_all) -> dict[str,
         def respawn() -> Any:
             return spawn([pair], settings, "identity", IDENTITY_ENV)[arm.name, runner.value]
 
-        def keep(mode: GraphMode, got: dict, lines: list[str] | None) -> None:
+        def keep(cell: Cell, got: dict, lines: list[str] | None) -> None:
+            serving, mode = cell
             with lock:
-                records[key(arm.name, runner, mode)] = got
+                records[key(arm.name, runner, mode, serving)] = got
                 if lines is not None:
                     engagement[f"{arm.name}/{runner.value}"] = lines
                 save()
             if arm is STOCK:
-                led[runner, mode].set()
+                led[runner, cell].set()
 
-        def before(mode: GraphMode) -> None:
+        def before(cell: Cell) -> None:
             for leader in _leaders(arm, runner):
-                led[leader, mode].wait()
+                led[leader, cell].wait()
 
         _run_worker(workers[arm.name, runner.value], todo[arm.name, runner], respawn, keep, before)
 

@@ -113,10 +113,35 @@ def mamba2_layers(config: dict[str, Any] | None = None) -> int:
     return (config or model_config())["hybrid_override_pattern"].count("M")
 
 
+MTP_PATTERN = "*"
+"""The MTP drafter's layers: one attention layer (SUPER's is "*E"; the GPU
+machine's vLLM bundle has no MoE ops)."""
+
+
+def mtp_model_config(tp: int = 1) -> dict[str, Any]:
+    """model_config(tp) with one MTP layer: vLLM 0.26.0 serves a nemotron_h
+    config with num_nextn_predict_layers > 0 and speculative method "mtp" with
+    NemotronHMTPModel as the drafter, built from mtp_hybrid_override_pattern."""
+    return {
+        **model_config(tp),
+        "num_nextn_predict_layers": 1,
+        "mtp_hybrid_override_pattern": MTP_PATTERN,
+    }
+
+
+def mtp_model_dir(folder: str | Path) -> Path:
+    """Where write_model_dir(folder, ...) puts the MTP variant: beside it."""
+    folder = Path(folder)
+    return folder.with_name(folder.name + "-mtp")
+
+
 def write_model_dir(folder: Path, tp: int = 1) -> Path:
-    """A model directory vLLM can load with load_format="dummy": config.json only."""
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "config.json").write_text(json.dumps(model_config(tp), indent=2) + "\n")
+    """A model directory vLLM can load with load_format="dummy" (config.json
+    only), and its MTP variant at mtp_model_dir(folder); returns the first."""
+    variants = ((folder, model_config(tp)), (mtp_model_dir(folder), mtp_model_config(tp)))
+    for where, config in variants:
+        where.mkdir(parents=True, exist_ok=True)
+        (where / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     return folder
 
 

@@ -22,7 +22,16 @@ from pathlib import Path
 from typing import Any
 
 from . import timing as timing_module
-from .arms import IDENTITY_ARMS, STOCK, TIMING_ARMS, GraphMode, Runner
+from .arms import (
+    IDENTITY_ARMS,
+    PLAIN,
+    SERVING_BY_NAME,
+    SERVINGS,
+    STOCK,
+    TIMING_ARMS,
+    GraphMode,
+    Runner,
+)
 
 SHORT = 16
 
@@ -66,9 +75,32 @@ def compact_record(record: dict[str, Any]) -> dict[str, Any]:
         "tp": len(ranks),
         "ranks": ranks,
         "sanity": record.get("sanity"),
+        # Serving configurations' evidence (records before them have none).
+        **{name: record[name] for name in SERVING_KEYS if name in record},
         "tokens_sha256": _sha(record["tokens"]),
         "logprobs_sha256": _sha(record["logprobs"]),
     }
+
+
+SERVING_KEYS = ("cached_tokens", "block_size", "counters")
+"""What a record holds about its serving configuration, kept whole (worker.py's identity)."""
+
+
+def serving_evidence(record: dict[str, Any]) -> str:
+    """What a record shows its serving options did: prefix-cache hits, and MTP
+    drafts and accepted tokens (from vLLM's counters); empty for a plain run."""
+    parts = []
+    cached = [n for n in record.get("cached_tokens", {}).values() if n]
+    if cached:
+        parts.append(f"{len(cached)} prefix-cache hits ({sum(cached)} tokens)")
+    counters = record.get("counters", {})
+    if counters.get("vllm:spec_decode_num_drafts"):
+        parts.append(
+            f"{counters['vllm:spec_decode_num_drafts']:.0f} drafts, "
+            f"{counters.get('vllm:spec_decode_num_accepted_tokens', 0):.0f} of "
+            f"{counters.get('vllm:spec_decode_num_draft_tokens', 0):.0f} draft tokens accepted"
+        )
+    return "; ".join(parts)
 
 
 def merge_identity(runs: Sequence[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
@@ -155,28 +187,52 @@ def identity_markdown(merged: dict[str, list[dict[str, Any]]]) -> str:
         "| runner | mode | stock (steps / decode steps) | " + " | ".join(arms) + " |",
         "| --- | --- | --- |" + " --- |" * len(arms),
     ]
-    for runner in Runner:
-        for mode in GraphMode:
-            stock_runs = merged.get(f"{STOCK.name}/{runner.value}/{mode.value}", [])
-            if not stock_runs or "error" in stock_runs[0]:
-                head = "missing"
-            else:
-                head = f"{stock_runs[0]['steps']} / {stock_runs[0]['decode_steps']}"
-            cells = []
-            for arm in arms:
-                runs = merged.get(f"{arm}/{runner.value}/{mode.value}", [])
-                if not stock_runs or not runs:
-                    cells.append("not run")
-                    continue
-                cells.append("; ".join(compare(stock_runs[0], run) for run in runs))
-            if len(stock_runs) > 1:
-                head += (
-                    " (stock's later runs: "
-                    + "; ".join(compare(stock_runs[0], run) for run in stock_runs[1:])
-                    + ")"
-                )
-            lines.append(f"| {runner.value} | {mode.value} | {head} | " + " | ".join(cells) + " |")
+    # Each serving configuration's rows (PLAIN's cells have no suffix: identity.key).
+    suffixes = [""] + [
+        f"/{serving.name}"
+        for serving in SERVINGS
+        if serving != PLAIN and any(cell.endswith(f"/{serving.name}") for cell in merged)
+    ]
+    for suffix in suffixes:
+        for runner in Runner:
+            for mode in GraphMode:
+                cell = f"{runner.value}/{mode.value}{suffix}"
+                if suffix and f"{STOCK.name}/{cell}" not in merged:
+                    continue  # a serving's rows: only the cells it ran
+                lines.append(_identity_row(merged, arms, runner, mode, suffix))
     return "\n".join(lines) + "\n"
+
+
+def _identity_row(
+    merged: dict[str, list[dict[str, Any]]],
+    arms: list[str],
+    runner: Runner,
+    mode: GraphMode,
+    suffix: str,
+) -> str:
+    cell = f"{runner.value}/{mode.value}{suffix}"
+    stock_runs = merged.get(f"{STOCK.name}/{cell}", [])
+    if not stock_runs or "error" in stock_runs[0]:
+        head = "missing"
+    else:
+        head = f"{stock_runs[0]['steps']} / {stock_runs[0]['decode_steps']}"
+        if evidence := serving_evidence(stock_runs[0]):
+            head += f"; {evidence}"
+    cells = []
+    for arm in arms:
+        runs = merged.get(f"{arm}/{cell}", [])
+        if not stock_runs or not runs:
+            cells.append("not run")
+            continue
+        cells.append("; ".join(compare(stock_runs[0], run) for run in runs))
+    if len(stock_runs) > 1:
+        head += (
+            " (stock's later runs: "
+            + "; ".join(compare(stock_runs[0], run) for run in stock_runs[1:])
+            + ")"
+        )
+    serving = f" / {suffix[1:]}" if suffix else ""
+    return f"| {runner.value} | {mode.value}{serving} | {head} | " + " | ".join(cells) + " |"
 
 
 def _predicted(predicted: dict[tuple[str, int], float], arm: str, bs: str) -> str:
@@ -188,12 +244,13 @@ def _interval(values: list[float] | None) -> str:
     return "n/a" if not values else f"[{values[0]:.0f}, {values[1]:.0f}]"
 
 
-def _share(row: dict[str, Any]) -> str:
-    """An arm's recovered share of the draws' cost, where the floor arm ran."""
-    share = row.get("recovered")
+def _share(row: dict[str, Any], name: str = "recovered") -> str:
+    """An arm's recovered share of the draws' cost, where its floor arm ran
+    (name: "recovered" against the floor, "recovered_rng" against floor-rng)."""
+    share = row.get(name)
     if share is None:
         return "-"
-    interval = row.get("recovered_ci95")
+    interval = row.get(f"{name}_ci95")
     return f"{share:.2f}" + (f" [{interval[0]:.2f}, {interval[1]:.2f}]" if interval else "")
 
 
@@ -229,9 +286,10 @@ def timing_markdown(
             out.append(f"\n**{runner}, {figure}** (µs)\n")
             out.append(
                 "| BS | arm | n | median [95% CI] | IQR | saved vs stock [95% CI] | ratio "
-                "| recovered [95% CI] | microbench predicts saved |"
+                "| recovered [95% CI] | recovered vs floor-rng [95% CI] "
+                "| microbench predicts saved |"
             )
-            out.append("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+            out.append("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
             for bs, rows in per_bs.items():
                 for arm, row in rows.items():
                     saved = (
@@ -245,7 +303,7 @@ def timing_markdown(
                         f"{_interval(row.get('median_ci95_us'))} | "
                         f"{'n/a' if not iqr else f'{iqr[1] - iqr[0]:.0f}'} | {saved} | "
                         f"{row.get('ratio_to_stock', 1.0):.3f} | {_share(row)} | "
-                        f"{_predicted(predicted, arm, bs)} |"
+                        f"{_share(row, 'recovered_rng')} | {_predicted(predicted, arm, bs)} |"
                     )
     return "\n".join(out) + "\n"
 
@@ -359,6 +417,12 @@ def merge_timing(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
     sizes = sorted({run.get("tp", 1) for run in runs})
     if len(sizes) > 1:
         raise SystemExit(f"--timing: the files are of TP sizes {sizes}; give one TP size's")
+    steps = sorted({_steps_of(run) for run in runs})
+    if len(steps) > 1:
+        raise SystemExit(
+            f"--timing: the files time different steps (serving, workload) {steps}; "
+            "give one serving and workload's"
+        )
     runners: dict[str, Any] = {}
     for run in runs:
         for runner, result in run["runners"].items():
@@ -372,8 +436,36 @@ def merge_timing(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return {
         "runners": runners,
         "tp": sizes[0],
+        "serving": steps[0][0],
+        "workload": steps[0][1],
         "runs": [{k: v for k, v in run.items() if k != "runners"} for run in runs],
     }
+
+
+def _steps_of(timing: dict[str, Any]) -> tuple[str, str]:
+    """(serving, workload) of a timing.json (runs before them: plain decode steps)."""
+    return timing.get("serving", PLAIN.name), timing.get("workload", "decode")
+
+
+def steps_heading(timing: dict[str, Any]) -> str:
+    """The timing section's heading: which steps it times."""
+    serving, workload = _steps_of(timing)
+    k = SERVING_BY_NAME[serving].speculative_tokens
+    if workload == "mixed":
+        return (
+            "## Mixed step time\n\nEach step prefills a chunk beside the decodes; "
+            "FULL_AND_PIECEWISE runs such a step on its piecewise graphs, the SSU eager "
+            "between them, so the forward's figure is the step's (the replays hold only "
+            "the captured pieces).\n"
+        )
+    if k:
+        return (
+            f"## MTP verify iteration time ({serving})\n\nEach step verifies 1 + {k} "
+            "tokens per request (one SSU call per Mamba-2 layer, as a decode step makes) "
+            "and drafts the next; the microbenchmark's column is its decode step's saving "
+            "at the same batch size.\n"
+        )
+    return "## Decode step time\n" if serving == PLAIN.name else f"## Step time ({serving})\n"
 
 
 def _one_cell_per_line(compact: dict[str, Any]) -> str:
@@ -430,7 +522,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         tp = timing.get("tp", 1)
         parts.append(
-            "## Decode step time\n"
+            steps_heading(timing)
             + (f"\nTP {tp}: each step's figures are its slowest rank's.\n" if tp > 1 else "")
             + timing_markdown(timing, predicted)
         )

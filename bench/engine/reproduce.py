@@ -3,20 +3,14 @@
     python -m bench.engine.reproduce      (on the GPU machine, after staging;
                                            tests/gpu/vllm/engine.sh reproduce)
 
-The identity check can judge an arm only where two stock processes agree,
-and in the compiled modes they did not (bench/results/
-engine-nvidia-h200x2-20261130c.md and -20261130d.md).  Each variant here runs
-stock's V1 PIECEWISE engine in two processes through the identity workload,
-under one change of setting, and says whether the two agree.  First run
-(bench/results/engine-reproduce-nvidia-h200x2-20261130.md): as the identity
-run then ran, on one compile's cache, and without prefix caching, they
-differed from step 0; under torch's deterministic algorithms they agreed.
-The Python Inductor generated was the same in both processes of a pair, and
-said 'deterministic': False: TORCHINDUCTOR_DETERMINISTIC had not held
-(arms.compilation_config says why), so reductions were tuned by timing in
-each process.  The variants now:
+The identity check can judge an arm only where two stock processes agree.
+Each variant here runs stock's V1 PIECEWISE engine in two processes through
+the identity workload, under one change of setting, and says whether the two
+agree (what it found: bench/results/engine-reproduce-nvidia-h200x2-20261130.md,
+bench/results/engine-harness-history.md).  The variants:
 
-- reductions-tuned: the first run's settings (the control: it must differ,
+- reductions-tuned: without Inductor's deterministic mode, so that Inductor
+  tunes reductions by timing in each process (the control: it must differ,
   or the experiment shows nothing);
 - as-run: today's settings, Inductor's deterministic mode in the compile
   config (arms.compilation_config);

@@ -7,8 +7,9 @@ the worker pool: one worker per (arm, runner), started side by side.
     SR_ENGINE_TP     1, 2, 4 or 8   tensor-parallel size of every engine (default 1):
                                     one process per rank, each rank one TP4 rank's work
                                     (model.model_config)
-    SR_ENGINE_RUNNERS v1,v2         the runners the timing measures (default both; one
-                                    runner fits a device call of 10 minutes)
+    SR_ENGINE_RUNNERS v1,v2         the runners the timing measures and the identity
+                                    run judges (default both; one runner fits a
+                                    device call of 10 minutes)
     SR_ENGINE_ARMS   stock,floor,... the arms the timing measures (default all of
                                     arms.TIMING_ARMS; stock is always among them):
                                     fewer arms, fewer engines and samples per call
@@ -16,8 +17,16 @@ the worker pool: one worker per (arm, runner), started side by side.
                                     arms.IDENTITY_ARMS; stock and stock-again, the
                                     positive control, always run)
     SR_ENGINE_MODES  eager,FULL_AND_PIECEWISE  the identity run's graph modes (default all)
+    SR_ENGINE_SERVING mtp7,prefix,... the identity run's serving configurations
+                                    (arms.SERVINGS; default plain), each in every
+                                    mode of SR_ENGINE_MODES
     SR_ENGINE_PROFILE 1,8           after the timing's rounds, each engine's GPU kernels
                                     at these batch sizes (timing.Plan.profile_batch_sizes)
+    SR_ENGINE_TIMING_SERVING mtp7   the timing engines' serving configuration (default
+                                    plain; mtp3, mtp7: MTP verify iterations)
+    SR_ENGINE_WORKLOAD mixed        the timed steps: decode (default), or mixed (a
+                                    prefill chunk beside BS 1/2/4 decodes)
+    SR_ENGINE_ROUNDS 10             the timing's rounds (timing.Plan.rounds)
     OUT              where results and engine logs go (default /tmp/out)
 """
 
@@ -34,12 +43,16 @@ from . import model
 from .arms import (
     BATCH_SIZES,
     IDENTITY_ARMS,
+    PLAIN,
+    SERVING_BY_NAME,
+    SERVINGS,
     STOCK,
     STOCK_AGAIN,
     TIMING_ARMS,
     Arm,
     GraphMode,
     Runner,
+    Serving,
 )
 from .client import SITES_ENV, Worker, sites_from_env
 
@@ -49,6 +62,7 @@ ARMS_ENV = "SR_ENGINE_ARMS"
 PROFILE_ENV = "SR_ENGINE_PROFILE"
 IDENTITY_ARMS_ENV = "SR_ENGINE_IDENTITY_ARMS"
 MODES_ENV = "SR_ENGINE_MODES"
+SERVING_ENV = "SR_ENGINE_SERVING"
 TP_ENV = "SR_ENGINE_TP"
 
 
@@ -137,6 +151,15 @@ def modes_from_env(modes: tuple[GraphMode, ...]) -> tuple[GraphMode, ...]:
     if names is None:
         return modes
     return tuple(mode for mode in modes if mode.value in names)
+
+
+def servings_from_env() -> tuple[Serving, ...]:
+    """The serving configurations SR_ENGINE_SERVING names, in SERVINGS' order;
+    PLAIN alone when unset."""
+    names = _names_from_env(SERVING_ENV, set(SERVING_BY_NAME))
+    if names is None:
+        return (PLAIN,)
+    return tuple(serving for serving in SERVINGS if serving.name in names)
 
 
 def tp_from_env() -> int:

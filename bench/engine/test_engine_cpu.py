@@ -75,7 +75,7 @@ def test_init_weights_scale_and_seed() -> None:
 
 
 def test_arms() -> None:
-    assert ARMS[0] is STOCK and len(BY_NAME) == len(IDENTITY_ARMS) + 1  # + the floor
+    assert ARMS[0] is STOCK and len(BY_NAME) == len(IDENTITY_ARMS) + 2  # + the two floors
     assert all(control.control and control.copy is arms.Copy.STOCK for control in CONTROLS)
     eager = arms.engine_kwargs("/m", GraphMode.EAGER)
     graphs = arms.engine_kwargs("/m", GraphMode.PIECEWISE, seed=3)
@@ -1052,12 +1052,16 @@ class _RankedEngine:
         self.workers = [NS(rank=r, get_model=lambda r=r: f"net{r}") for r in range(tp)]
         self.steps = 0
         self.running: dict[str, list[int]] = {}
+        self.prompts: dict[str, list[int]] = {}
+        self.vllm_config = NS(cache_config=NS(block_size=64))
+        self.log_stats = False
 
     def collective_rpc(self, method, args=()):
         return [method(w, *args) for w in reversed(self.workers)]
 
     def add_request(self, rid: str, prompt: dict, params: object) -> None:
         self.running[rid] = []
+        self.prompts[rid] = prompt["prompt_token_ids"]
 
     def has_unfinished_requests(self) -> bool:
         return bool(self.running)
@@ -1070,7 +1074,14 @@ class _RankedEngine:
         for rid, tokens in list(self.running.items()):
             tokens.append(self.steps % 7 + 3)
             logprobs = [{t: NS(logprob=-1.0)} for t in tokens]
-            outs.append(NS(request_id=rid, outputs=[NS(token_ids=list(tokens), logprobs=logprobs)]))
+            completion = NS(token_ids=list(tokens), logprobs=logprobs)
+            # A prompt that starts with a block seen before "hits" that block.
+            seen = any(
+                other != rid and self.prompts[other][:64] == self.prompts[rid][:64]
+                for other in self.prompts
+            )
+            cached = 64 if seen and len(self.prompts[rid]) > 64 else 0
+            outs.append(NS(request_id=rid, outputs=[completion], num_cached_tokens=cached))
             if len(tokens) == 3:
                 del self.running[rid]
         return outs
@@ -1357,3 +1368,387 @@ def test_each_rank_process_gets_the_arms_environment(arm: str, tmp_path: Path) -
         assert seen["ssu_torch"] == perturbed, rank
         variant = {"drawer": chosen.drawer, "sync_plan": chosen.sync_plan}
         assert seen["prefetcher"] == (variant if chosen.drawer else None), rank
+
+
+# Serving configurations: MTP, async scheduling, prefix caching.
+
+
+def test_plain_serving_adds_nothing_and_the_others_their_options() -> None:
+    compiled = GraphMode.FULL_AND_PIECEWISE
+    plain = arms.engine_kwargs("/m", compiled)
+    assert plain == arms.engine_kwargs("/m", compiled, serving=arms.PLAIN)
+    assert not {"speculative_config", "async_scheduling", "enable_prefix_caching"} & set(plain)
+    by = arms.SERVING_BY_NAME
+    mtp7 = arms.engine_kwargs("/m", compiled, serving=by["mtp7"])
+    assert mtp7["speculative_config"] == {"method": "mtp", "num_speculative_tokens": 7}
+    # Graphs per token count of a verify step: BS x (1 + K).
+    assert mtp7["cudagraph_capture_sizes"] == [8, 16, 32, 64]
+    assert arms.engine_kwargs("/m", compiled, serving=by["mtp3"])["cudagraph_capture_sizes"] == [
+        4,
+        8,
+        16,
+        32,
+    ]
+    assert "cudagraph_capture_sizes" not in arms.engine_kwargs(
+        "/m", GraphMode.EAGER, serving=by["mtp3"]
+    )
+    assert arms.engine_kwargs("/m", compiled, serving=by["sync"])["async_scheduling"] is False
+    prefix = arms.engine_kwargs("/m", compiled, serving=by["prefix"])
+    assert prefix["enable_prefix_caching"] and prefix["mamba_cache_mode"] == "align"
+    assert prefix["enable_chunked_prefill"]
+    seed = arms.engine_kwargs("/m", compiled, serving=by["seed-serving"])
+    assert seed["speculative_config"]["num_speculative_tokens"] == 7
+    assert seed["mamba_cache_mode"] == "align" and "async_scheduling" not in seed
+    # Every serving but plain logs stats (the record's counters).
+    for serving in arms.SERVINGS[1:]:
+        assert arms.engine_kwargs("/m", compiled, serving=serving)["disable_log_stats"] is False
+
+
+@pytest.mark.parametrize("k", [0, 3, 7])
+def test_align_mode_batches_hold_a_block(k: int) -> None:
+    """max_num_batched_tokens under prefix caching holds the attention block
+    that vLLM 0.26.0 sizes to one Mamba state (Platform._align_hybrid_block_size:
+    TRITON_ATTN's 16-token alignment; the conv state holds K more columns under
+    MTP), and the identity workload's longest shared-prefix prompt fits."""
+    config = model.model_config()
+    conv_dim = config["mamba_num_heads"] * config["mamba_head_dim"] + 2 * (
+        config["n_groups"] * config["ssm_state_size"]
+    )
+    conv_bytes = (config["conv_kernel"] - 1 + k) * conv_dim * 2  # bf16
+    ssm_bytes = config["mamba_num_heads"] * config["mamba_head_dim"] * config["ssm_state_size"] * 2
+    token_bytes = 2 * config["num_key_value_heads"] * config["head_dim"] * 2
+    block = 16 * math.ceil((conv_bytes + ssm_bytes) / (16 * token_bytes))
+    assert 1000 < block <= arms.PREFIX_MAX_NUM_BATCHED_TOKENS
+    longest = int(block * worker.SHARED_PREFIX_BLOCKS) + max(
+        worker.PROMPT_LENGTHS[i] + worker.MAX_TOKENS[i] for i in worker.SHARED_PREFIX_REQUESTS
+    )
+    assert longest + k <= arms.PREFIX_MAX_MODEL_LEN <= config["max_position_embeddings"]
+
+
+def test_the_mtp_model_dir_adds_one_attention_mtp_layer(tmp_path: Path) -> None:
+    folder = model.write_model_dir(tmp_path / "m")
+    mtp = json.loads((model.mtp_model_dir(folder) / "config.json").read_text())
+    assert model.mtp_model_dir(folder) == tmp_path / "m-mtp"
+    assert mtp["num_nextn_predict_layers"] == 1 and mtp["mtp_hybrid_override_pattern"] == "*"
+    assert {k: v for k, v in mtp.items() if k != "mtp_hybrid_override_pattern"} == {
+        **model.model_config(),
+        "num_nextn_predict_layers": 1,
+    }
+
+
+def test_servings_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert session.servings_from_env() == (arms.PLAIN,)
+    monkeypatch.setenv(session.SERVING_ENV, "seed-serving,mtp3")
+    assert [s.name for s in session.servings_from_env()] == ["mtp3", "seed-serving"]
+    monkeypatch.setenv(session.SERVING_ENV, "mtp5")
+    with pytest.raises(ValueError, match="SR_ENGINE_SERVING takes names among"):
+        session.servings_from_env()
+
+
+def test_the_identity_run_goes_through_each_serving(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv(session.IDENTITY_ARMS_ENV, "reset-kernel")
+    monkeypatch.setenv(session.MODES_ENV, "FULL_AND_PIECEWISE")
+    monkeypatch.setenv(session.SERVING_ENV, "plain,mtp7")
+    calls: list[tuple[str, str, dict]] = []
+    records = identity.run(session.Settings({}, ("0",), tmp_path), spawn=quick_spawn(calls))[
+        "records"
+    ]
+    full = GraphMode.FULL_AND_PIECEWISE
+    mtp7 = arms.SERVING_BY_NAME["mtp7"]
+    assert identity.key("stock", Runner.V1, full) == "stock/v1/FULL_AND_PIECEWISE"
+    assert identity.key("stock", Runner.V1, full, mtp7) == "stock/v1/FULL_AND_PIECEWISE/mtp7"
+    assert sorted(records) == sorted(
+        identity.key(arm, runner, full, serving)
+        for arm in ("stock", "stock-again", "reset-kernel")
+        for runner in Runner
+        for serving in (arms.PLAIN, mtp7)
+    )
+    starts = [(name, args["serving"]) for name, op, args in calls if op == "start"]
+    # Each worker: plain first, then mtp7; stock V1 leads each serving.
+    assert [serving for name, serving in starts if name == "reset-kernel/v2"] == ["plain", "mtp7"]
+    first_mtp = starts.index(("stock/v1", "mtp7"))
+    assert all(serving == "plain" for _, serving in starts[:first_mtp])
+
+
+def test_the_prefix_workload_shares_two_blocks_and_a_half(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(worker, "zero_states", lambda net: 40)
+    monkeypatch.setattr(worker, "layer_sums", lambda net: ["0" * 32])
+    monkeypatch.setattr(worker, "slot_sums", lambda net: ["0" * 16])
+    monkeypatch.setattr(worker, "rng_offset", lambda net: 0)
+    monkeypatch.setattr(worker, "state_sha256", lambda net: "0" * 64)
+    monkeypatch.setattr(worker.Engine, "_params", lambda self, max_tokens, logprobs: None)
+    got = {}
+    for serving in (arms.PLAIN, arms.SERVING_BY_NAME["prefix"]):
+        fake = _RankedEngine(tp=1)
+        engine = worker.Engine(STOCK, "/m")
+        engine.llm = type("LLM", (), {"llm_engine": fake})()
+        engine.serving = serving
+        got[serving.name] = (engine.identity(), fake.prompts)
+    plain, plain_prompts = got["plain"]
+    prefix, prefix_prompts = got["prefix"]
+    assert not any(plain["cached_tokens"].values()) and plain["block_size"] == 64
+    assert plain["counters"] == {}
+    shared = [f"r{i}" for i in worker.SHARED_PREFIX_REQUESTS]
+    for rid, ids in prefix_prompts.items():
+        if rid in shared:
+            assert ids[:160] == prefix_prompts["r0"][:160] and ids[160:] == plain_prompts[rid]
+        else:
+            assert ids == plain_prompts[rid]
+    assert {rid for rid, n in prefix["cached_tokens"].items() if n} == set(shared[1:])
+
+
+def _serving_records(cached: dict[str, int], counters: dict[str, float]) -> dict:
+    """_tp2_records' V1 FULL_AND_PIECEWISE cells of stock and stock-again under
+    the prefix serving, each with these prefix-cache figures."""
+    records = _tp2_records({})["records"]
+    full = GraphMode.FULL_AND_PIECEWISE
+    out = {}
+    for arm in ("stock", "stock-again"):
+        for serving in (arms.PLAIN, arms.SERVING_BY_NAME["prefix"]):
+            cell = identity.key(arm, Runner.V1, full, serving)
+            evidence = {"cached_tokens": cached, "block_size": 64, "counters": counters}
+            if serving == arms.PLAIN:
+                evidence = {"cached_tokens": dict.fromkeys(cached, 0), "block_size": 64}
+            out[cell] = {**records[identity.key(arm, Runner.V1, full)], **evidence}
+    return {"records": out, "engagement": {}}
+
+
+@pytest.mark.parametrize(
+    ("cached", "hits", "fails"),
+    [
+        ({"r0": 0, "r5": 64, "r8": 64, "r10": 64}, 192, False),
+        ({"r0": 0, "r5": 64, "r8": 0, "r10": 64}, 128, True),  # one later request missed
+        ({"r0": 0, "r5": 64, "r8": 64, "r10": 64}, 0, True),  # vLLM counted no hit
+    ],
+)
+def test_the_judge_needs_prefix_cache_hits(
+    tmp_path: Path, cached: dict[str, int], hits: int, fails: bool
+) -> None:
+    """test_serving_options_took_effect on records of the prefix serving: it
+    fails where a request that shares the prefix found no block in the cache,
+    or vLLM counted no hit; the plain cell (no hits) passes."""
+    path = tmp_path / "identity.json"
+    path.write_text(json.dumps(_serving_records(cached, {"vllm:prefix_cache_hits": hits})))
+    done = subprocess.run(
+        [
+            *(sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider"),
+            *("-k", "serving_options and v1-FULL_AND_PIECEWISE"),
+            "tests/gpu/vllm/test_engine_identity.py",
+        ],
+        cwd=Path(__file__).resolve().parents[2],
+        env={**os.environ, "SR_ENGINE_RECORDS": str(path)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    verdicts = {
+        line.split()[1].split("::")[1]: line.split()[0]
+        for line in done.stdout.splitlines()
+        if line.startswith(("PASSED ", "FAILED "))
+    }
+    assert verdicts == {
+        "test_serving_options_took_effect[v1-FULL_AND_PIECEWISE]": "PASSED",
+        "test_serving_options_took_effect[v1-FULL_AND_PIECEWISE-prefix]": (
+            "FAILED" if fails else "PASSED"
+        ),
+    }, done.stdout[-3000:]
+
+
+def test_report_names_each_serving_and_its_evidence() -> None:
+    stock = {
+        **_record(["a" * 64, "b" * 64], [1, 2]),
+        "cached_tokens": {"r0": 0, "r5": 1056},
+        "counters": {
+            "vllm:spec_decode_num_drafts": 10,
+            "vllm:spec_decode_num_draft_tokens": 70,
+            "vllm:spec_decode_num_accepted_tokens": 3,
+        },
+    }
+    merged = report.merge_identity(
+        [
+            {
+                "records": {
+                    "stock/v1/eager": _record(["a" * 64], [1]),
+                    "stock/v1/FULL_AND_PIECEWISE/seed-serving": stock,
+                    "reset-kernel/v1/FULL_AND_PIECEWISE/seed-serving": stock,
+                }
+            }
+        ]
+    )
+    table = report.identity_markdown(merged)
+    row = next(line for line in table.splitlines() if "/ seed-serving" in line)
+    assert row.startswith("| v1 | FULL_AND_PIECEWISE / seed-serving | 2 / 1; ")
+    assert "1 prefix-cache hits (1056 tokens); 10 drafts, 3 of 70 draft tokens accepted" in row
+    assert "identical" in row
+    # A serving's rows are only the cells it ran; plain's are all of them.
+    assert sum("/ seed-serving" in line for line in table.splitlines()) == 1
+    assert any(line.startswith("| v2 | PIECEWISE | missing") for line in table.splitlines())
+
+
+# The timing's floor-rng arm, MTP verify iterations and mixed steps.
+
+
+def test_floor_rng_draws_one_element_per_forward() -> None:
+    fake = worker._OneDraw(torch, every=4)
+    before = torch.default_generator.get_state()
+    seeds = [fake.randint(0, 2**32, (1,), device="cpu") for _ in range(8)]
+    after = torch.default_generator.get_state()
+    assert all(seed is seeds[0] for seed in seeds) and seeds[0].tolist() == [0x5EED]
+    # Two forwards of four calls: two one-element draws, at calls 0 and 4.
+    torch.default_generator.set_state(before)
+    draw = torch.empty(1, dtype=torch.int64)
+    for _ in range(2):
+        draw.random_(0, 2**32)
+    assert fake._draws["cpu"].tolist() == draw.tolist()
+    assert torch.equal(torch.default_generator.get_state(), after)
+    assert BY_NAME["floor-rng"] in TIMING_ARMS and BY_NAME["floor-rng"] not in IDENTITY_ARMS
+    assert BY_NAME["floor-rng"].microbench == "floor-rng"
+
+
+def test_summary_reads_the_saving_against_both_floors() -> None:
+    noise = [0.0, 5e-6, -3e-6, 8e-6, -6e-6, 2e-6, 1e-6, -4e-6, 7e-6, -2e-6, 3e-6, -1e-6]
+    stock = [3e-3 + n for n in noise]
+    rows = timing.summarize(
+        {
+            "stock": stock,
+            "fast": [s - 1e-4 for s in stock],
+            "floor": [s - 2e-4 for s in stock],
+            "floor-rng": [s - 1.25e-4 for s in stock],
+        },
+        "stock",
+        "v1",
+        1,
+    )
+    assert rows["fast"]["recovered"] == pytest.approx(0.5)
+    assert rows["fast"]["recovered_rng"] == pytest.approx(0.8)
+    assert rows["fast"]["recovered_rng_ci95"] == pytest.approx([0.8, 0.8])
+    assert "recovered_rng" not in rows["floor"] and "recovered" not in rows["floor-rng"]
+    text = report.timing_markdown({"runners": {"v1": {"summary": {"step": {"1": rows}}}}})
+    assert "| recovered [95% CI] | recovered vs floor-rng [95% CI] |" in text
+    assert "| 0.50 [0.50, 0.50] | 0.80 [0.80, 0.80] |" in text
+
+
+def test_the_timing_plan_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    plan = timing.Plan.from_env()
+    assert (plan.serving, plan.workload, plan.tag) == ("plain", "decode", "")
+    monkeypatch.setenv(timing.TIMING_SERVING_ENV, "mtp7")
+    assert timing.Plan.from_env().tag == "-mtp7"
+    monkeypatch.setenv(timing.WORKLOAD_ENV, "mixed")
+    monkeypatch.setenv(timing.ROUNDS_ENV, "3")
+    plan = timing.Plan.from_env()
+    assert plan.tag == "-mtp7-mixed" and plan.rounds == 3
+    assert plan.batch_sizes == timing.MIXED_BATCH_SIZES == (1, 2, 4)
+    with pytest.raises(ValueError, match="SR_ENGINE_TIMING_SERVING takes one of"):
+        timing.Plan(serving="mtp5")
+    with pytest.raises(ValueError, match="SR_ENGINE_WORKLOAD takes one of"):
+        timing.Plan(workload="prefill")
+
+
+@pytest.mark.parametrize(("serving", "workload"), [("mtp7", "decode"), ("plain", "mixed")])
+def test_the_timing_starts_its_serving_and_times_its_workload(
+    tmp_path: Path, serving: str, workload: str
+) -> None:
+    calls: list[tuple[str, str, dict]] = []
+    plan = timing.Plan(rounds=2, batch_sizes=(1,), serving=serving, workload=workload)
+    settings = session.Settings({}, ("0",), tmp_path, (Runner.V1,))
+    data, _ = timing.run(settings, plan, spawn=quick_spawn(calls))
+    assert {args["serving"] for _, op, args in calls if op == "start"} == {serving}
+    assert {op for _, op, _ in calls if op != "start"} == {workload}
+    saved = json.loads((tmp_path / f"timing{plan.tag}.json").read_text())
+    assert (
+        (saved["serving"], saved["workload"]) == (serving, workload) == (data["serving"], workload)
+    )
+    assert (tmp_path / f"timing-v1{plan.tag}-partial.json").is_file()
+
+
+class _MixedEngine:
+    """An LLMEngine whose prompts finish when prefilled at `budget` tokens a step."""
+
+    def __init__(self, budget: int, max_model_len: int) -> None:
+        from types import SimpleNamespace as NS
+
+        self.vllm_config = NS(
+            scheduler_config=NS(max_num_batched_tokens=budget),
+            model_config=NS(max_model_len=max_model_len),
+        )
+        self.budget = budget
+        self.left: dict[str, int] = {}
+        self.aborted: list[str] = []
+        self.workers = [NS(rank=0)]
+
+    def collective_rpc(self, method, args=()):
+        return [(0, {"forward_s": [1e-3], "replay_s": [None], "replays": 0})]
+
+    def add_request(self, rid: str, prompt: dict, params: object) -> None:
+        self.left[rid] = len(prompt["prompt_token_ids"]) if rid.startswith("p") else 10**6
+
+    def abort_request(self, ids: list[str]) -> None:
+        self.aborted += ids
+        for rid in ids:
+            self.left.pop(rid, None)
+
+    def has_unfinished_requests(self) -> bool:
+        return False
+
+    def step(self) -> list:
+        from types import SimpleNamespace as NS
+
+        budget, outs = self.budget, []
+        for rid in [r for r in self.left if r.startswith("p")]:
+            take = min(budget, self.left[rid])
+            self.left[rid] -= take
+            budget -= take
+            if not self.left[rid]:
+                del self.left[rid]
+                outs.append(NS(request_id=rid, finished=True))
+        return outs
+
+
+def test_mixed_steps_keep_a_prefill_in_every_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(worker.Engine, "_params", lambda self, max_tokens, logprobs: None)
+    monkeypatch.setattr(worker, "merge_spans", lambda ranks: {"forward_s": 1e-3})
+    engine = worker.Engine(STOCK, "/m")
+    fake = _MixedEngine(budget=256, max_model_len=1024)
+    engine.llm = type("LLM", (), {"llm_engine": fake})()
+    engine.timed = True
+    got = engine.mixed(bs=2, steps=24, warm=0)
+    # 26 steps' budget of 1016-token prompts, and one more: the last is still
+    # prefilling after the timed steps, and is aborted with the others.
+    assert got["prefills"] == math.ceil(26 * 256 / 1016) + 1 == 8
+    assert got["prefills_done"] < got["prefills"]
+    assert sum(rid.startswith("p") for rid in fake.aborted) == got["prefills"]
+    # A step budget larger than mixed() planned for: every prefill ends early.
+    fake.budget = 10**6
+    with pytest.raises(RuntimeError, match="prefills finished within 24 steps: not mixed"):
+        engine.mixed(bs=2, steps=24, warm=0)
+
+
+def test_the_timing_report_says_which_steps_it_times() -> None:
+    assert report.steps_heading({"runners": {}}) == "## Decode step time\n"
+    mtp = report.steps_heading({"serving": "mtp7", "workload": "decode"})
+    assert mtp.startswith("## MTP verify iteration time (mtp7)") and "1 + 7 tokens" in mtp
+    assert report.steps_heading({"workload": "mixed"}).startswith("## Mixed step time")
+    one = {"runners": {"v1": {}}, "serving": "mtp7"}
+    with pytest.raises(SystemExit, match="time different steps"):
+        report.merge_timing([one, {"runners": {"v2": {}}}])
+    merged = report.merge_timing([one, {"runners": {"v2": {}}, "serving": "mtp7"}])
+    assert (merged["serving"], merged["workload"]) == ("mtp7", "decode")
+
+
+def test_the_identity_run_can_judge_one_runner(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """With SR_ENGINE_RUNNERS=v2 the V2 engines run without waiting for a V1
+    stock engine that never starts; only V2 cells are recorded."""
+    monkeypatch.setenv(session.IDENTITY_ARMS_ENV, "reset-kernel")
+    monkeypatch.setenv(session.MODES_ENV, "eager")
+    calls: list[tuple[str, str, dict]] = []
+    settings = session.Settings({}, ("0",), tmp_path, (Runner.V2,))
+    records = identity.run(settings, spawn=quick_spawn(calls))["records"]
+    assert sorted(records) == sorted(
+        identity.key(arm, Runner.V2, GraphMode.EAGER)
+        for arm in ("stock", "stock-again", "reset-kernel")
+    )
+    assert {name.split("/")[1] for name, _, _ in calls} == {"v2"}

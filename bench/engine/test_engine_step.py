@@ -1,38 +1,37 @@
-"""Decode step time of the patched vLLM 0.26.0 engine against stock: pytest-benchmark.
+"""Step time of the patched vLLM 0.26.0 engine against stock: pytest-benchmark.
 
 The session (timing.py's run) starts one engine per (arm, runner) with
 FULL_AND_PIECEWISE graphs, the V1 engines on one GPU and the V2 engines on
 the other where there are two (SR_ENGINE_GPUS), and takes interleaved rounds
-of every arm and batch size, one runner after the other.  Its figures for the
-step's wall time and the forward's GPU time (median, 95% CI, IQR, µs saved
-against stock and ratio, with paired intervals) go into each test's
-`extra_info` and $OUT/engine/timing.json.  What pytest-benchmark
-itself times is one such sample (a burst of decode steps) of that arm alone,
-once (a sample takes ~1 s of device time), for `--benchmark-compare` between
-runs of the same arm.
+of every arm and batch size, one runner after the other.  The steps are decode
+steps of the serving configuration SR_ENGINE_TIMING_SERVING names (plain by
+default; mtp3 or mtp7: MTP verify iterations), or, with SR_ENGINE_WORKLOAD=mixed,
+steps that prefill a chunk beside the decodes (timing.Plan.from_env).  Its
+figures for the step's wall time and the forward's GPU time (median, 95% CI,
+IQR, µs saved against stock and ratio, with paired intervals) go into each
+test's `extra_info` and $OUT/engine/timing<tag>.json (timing.Plan.tag).  What
+pytest-benchmark itself times is one such sample (a burst of steps) of that
+arm alone, once (a sample takes ~1 s of device time), for
+`--benchmark-compare` between runs of the same arm.
 
 Run on the GPU machine by tests/gpu/vllm/engine.sh; skipped elsewhere.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from .arms import TIMING_ARMS, Runner
-from .session import SKIP_REASON, Settings, close_all, profile_batch_sizes_from_env
+from .arms import BATCH_SIZES, TIMING_ARMS, Runner
+from .session import SKIP_REASON, Settings, close_all
 from .timing import FIGURES, Plan, run
 
 pytest.importorskip("pytest_benchmark", reason="the bench needs pytest-benchmark")
 pytestmark = pytest.mark.gpu
 
-PLAN = Plan(
-    rounds=int(os.environ.get("SR_ENGINE_ROUNDS", Plan.rounds)),
-    profile_batch_sizes=profile_batch_sizes_from_env(),
-)
+PLAN = Plan.from_env()
 
 
 @pytest.fixture(scope="module")
@@ -47,10 +46,12 @@ def timing() -> Iterator[dict[str, Any]]:
         close_all(workers)
 
 
-@pytest.mark.parametrize("bs", Plan.batch_sizes)
+@pytest.mark.parametrize("bs", BATCH_SIZES)
 @pytest.mark.parametrize("runner", list(Runner), ids=lambda r: r.value)
 @pytest.mark.parametrize("arm", [arm.name for arm in TIMING_ARMS])
 def test_decode_step(benchmark, timing, arm: str, runner: Runner, bs: int) -> None:
+    if bs not in PLAN.batch_sizes:
+        pytest.skip(f"batch size {bs} not in the {PLAN.workload} workload's {PLAN.batch_sizes}")
     if runner.value not in timing["runners"]:
         pytest.skip(f"{runner.value} not measured in this run (SR_ENGINE_RUNNERS)")
     if (arm, runner.value) not in timing["workers"]:
@@ -63,10 +64,12 @@ def test_decode_step(benchmark, timing, arm: str, runner: Runner, bs: int) -> No
         runner=runner.value,
         batch_size=bs,
         arm=arm,
+        serving=PLAN.serving,
+        workload=PLAN.workload,
     )
     worker = timing["workers"][arm, runner.value]
     benchmark.pedantic(
-        lambda: worker.call("decode", bs=bs, steps=PLAN.steps, warm=PLAN.warm),
+        lambda: worker.call(PLAN.workload, bs=bs, steps=PLAN.steps, warm=PLAN.warm),
         rounds=1,
         iterations=1,
     )

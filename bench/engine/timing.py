@@ -1,8 +1,9 @@
-"""Decode step time of every arm against stock, interleaved, and its summary.
+"""Step time of every arm against stock, interleaved, and its summary.
 
 A sample holds three figures of `steps` consecutive `LLMEngine.step()` calls
 of a decode batch of `bs` requests (after `warm` steps of prefill and first
-decodes):
+decodes): decode steps, MTP verify iterations under an MTP serving
+configuration, or mixed steps (a prefill chunk beside the decodes: Plan):
 - step_s: their mean wall time, the GPU synchronized only at both ends: the
   period of back-to-back decode steps, what a user sees as inter-token
   latency, host and GPU together;
@@ -14,24 +15,19 @@ decodes):
   kernels, for a graph that draws) and the graph, one launch, back to back
   behind a spin that lets the host enqueue them first: under FULL graphs, where
   the in-graph seed draws are, and what the microbenchmark's graph mode
-  times.  Runs up to f had no spin, so on an idle GPU their spans also held
-  the host's time to enqueue the replay, longer for graphs that draw than
-  for the floor's.
+  times.
 Under TP every rank times its own forwards and replays; a step's figure is
 its slowest rank's (worker.py's merge_spans: the ranks wait for each other in
 every all-reduce), and a sample also keeps each rank's median replay
 (rank_replay_s) and the spread between ranks (replay_spread_s), tabulated by
 report.py.
-On 2026-11-30 (H200 x2) step_s had IQRs of 190-1250 µs at 3.1-4.1 ms per
-step with both runners measured at once; measured one after the other,
-forward_s still had IQRs of 550-1150 µs at 2.3-3.1 ms (a host-bound step:
-the GPU waits on the host inside execute_model, so its span is host time).
-Both are far above the ~70 µs at stake. Hence replay_s: in the third run its
-IQRs were 2-29 µs (bench/results/engine-nvidia-h200x2-20261130c.md). The
-engines run with arms.DETERMINISTIC_ENV and, compiled, Inductor's
-deterministic mode (arms.compilation_config), as the identity check's do:
-every arm then runs the same compiled kernels, so a difference between arms
-is not a different autotuning pick (through run d it was: arms.py says why).
+step_s and forward_s carry the host's time (a decode step is host-bound:
+the GPU waits on the host inside execute_model), with IQRs of hundreds of µs;
+replay_s resolves µs (bench/results/engine-harness-history.md).  The engines
+run with arms.DETERMINISTIC_ENV and, compiled, Inductor's deterministic mode
+(arms.compilation_config), as the identity check's do: every arm runs the
+same compiled kernels, so a difference between arms is not a different
+autotuning pick.
 Each round takes one sample of every (arm, batch size) of one runner, in an
 order shuffled by `random.Random(seed, runner, round)`, so drift over the
 run falls on every arm alike and no arm keeps the same neighbour. Intervals
@@ -42,6 +38,7 @@ a round's arms share.
 
 from __future__ import annotations
 
+import os
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -49,18 +46,27 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import stats
-from .arms import BATCH_SIZES, DETERMINISTIC_ENV, FLOOR, STOCK, Arm, GraphMode, Runner
+from .arms import (
+    BATCH_SIZES,
+    DETERMINISTIC_ENV,
+    FLOOR,
+    FLOOR_RNG,
+    PLAIN,
+    SERVING_BY_NAME,
+    STOCK,
+    Arm,
+    GraphMode,
+    Runner,
+)
 from .client import WorkerError
-from .session import Settings, close_all, spawn_all, write_json
+from .session import Settings, close_all, profile_batch_sizes_from_env, spawn_all, write_json
 
 
 @dataclass(frozen=True)
 class Plan:
-    # A sample of 48 + 4 steps took ~0.9 s on 2026-11-30 (steps of ~3 ms,
-    # requests added and aborted, the replies).  replay_s, the figure that
-    # resolves µs, is a median over the sample's steps of one graph's GPU
-    # time, so 24 steps do: 10 rounds x 6 arms x 4 batch sizes x ~0.5 s,
-    # ~2 minutes per runner.
+    # replay_s, the figure that resolves µs, is a median over the sample's
+    # steps of one graph's GPU time, so 24 steps do: a sample takes ~0.5 s,
+    # 10 rounds x 8 arms x 4 batch sizes ~3 minutes per runner.
     rounds: int = 10
     steps: int = 24
     warm: int = 4
@@ -70,6 +76,52 @@ class Plan:
     # these batch sizes (worker.py's profile): which kernels an arm's replay
     # adds or drops against stock's, which the timing alone cannot say.
     profile_batch_sizes: tuple[int, ...] = ()
+    # The engines' serving configuration (arms.SERVINGS: mtp7 times MTP
+    # verify iterations) and the steps timed: "decode", or "mixed" (a
+    # prefill chunk beside the decodes: worker.py's mixed).
+    serving: str = PLAIN.name
+    workload: str = "decode"
+
+    def __post_init__(self) -> None:
+        if self.serving not in SERVING_BY_NAME:
+            raise ValueError(
+                f"{TIMING_SERVING_ENV} takes one of {', '.join(SERVING_BY_NAME)}; "
+                f"got {self.serving!r}"
+            )
+        if self.workload not in WORKLOADS:
+            raise ValueError(
+                f"{WORKLOAD_ENV} takes one of {', '.join(WORKLOADS)}; got {self.workload!r}"
+            )
+
+    @classmethod
+    def from_env(cls) -> Plan:
+        """The plan test_engine_step.py runs: SR_ENGINE_ROUNDS, SR_ENGINE_PROFILE,
+        SR_ENGINE_TIMING_SERVING (default plain) and SR_ENGINE_WORKLOAD (default
+        decode; mixed times MIXED_BATCH_SIZES)."""
+        workload = os.environ.get(WORKLOAD_ENV) or "decode"
+        return cls(
+            rounds=int(os.environ.get(ROUNDS_ENV) or cls.rounds),
+            profile_batch_sizes=profile_batch_sizes_from_env(),
+            serving=os.environ.get(TIMING_SERVING_ENV) or PLAIN.name,
+            workload=workload,
+            batch_sizes=MIXED_BATCH_SIZES if workload == "mixed" else BATCH_SIZES,
+        )
+
+    @property
+    def tag(self) -> str:
+        """What the run's files add to their names: "" for plain decode
+        steps (timing.json, as before the servings), else e.g. "-mtp7"."""
+        parts = [self.serving] if self.serving != PLAIN.name else []
+        parts += [self.workload] if self.workload != "decode" else []
+        return "".join(f"-{part}" for part in parts)
+
+
+ROUNDS_ENV = "SR_ENGINE_ROUNDS"
+TIMING_SERVING_ENV = "SR_ENGINE_TIMING_SERVING"
+WORKLOAD_ENV = "SR_ENGINE_WORKLOAD"
+WORKLOADS = ("decode", "mixed")
+# A mixed step's batch sizes: one of max_num_seqs' 8 slots prefills.
+MIXED_BATCH_SIZES = (1, 2, 4)
 
 
 Samples = dict[int, dict[str, list[dict[str, float]]]]
@@ -123,7 +175,8 @@ def summarize(
     """Per arm: median µs per step, its 95% CI and IQR; the µs saved against
     stock and the ratio to stock, with paired 95% intervals; where the floor
     arm ran, the share of the draws' cost (stock - floor) the arm saves
-    ("recovered"), with its paired interval."""
+    ("recovered"), and where floor-rng ran, the share of what a drawing path
+    can save (stock - floor-rng: "recovered_rng"), each with its paired interval."""
     present = {arm: list(values) for arm, values in samples.items() if values}
     boot = stats.bootstrap_medians(
         present, rng=stats.seeded_rng(stats.BOOTSTRAP_SEED, "engine", runner, bs)
@@ -131,9 +184,6 @@ def summarize(
     enough = all(len(v) >= stats.MIN_SAMPLES for v in present.values())
     rows: dict[str, dict] = {}
     base = statistics.median(present[stock]) if stock in present else None
-    floored = base is not None and FLOOR.name in present
-    # What the draws cost: stock's median over the floor's.
-    cost = base - statistics.median(present[FLOOR.name]) if floored else None
     for arm, values in present.items():
         median = statistics.median(values)
         row = {
@@ -155,14 +205,19 @@ def summarize(
                 if enough and (ratio := stats.interval_of([boot[stock], boot[arm]], _ratio))
                 else None
             )
-            if floored and arm != FLOOR.name:
-                row["recovered"] = round((base - median) / cost, 4) if cost > 0 else None
+            # The share of what the draws cost (stock's median over a floor's)
+            # that the arm saves, against each floor that ran.
+            for floor, name in ((FLOOR.name, "recovered"), (FLOOR_RNG.name, "recovered_rng")):
+                if floor not in present or arm in (FLOOR.name, FLOOR_RNG.name):
+                    continue
+                cost = base - statistics.median(present[floor])
+                row[name] = round((base - median) / cost, 4) if cost > 0 else None
                 share = (
-                    stats.interval_of([boot[stock], boot[arm], boot[FLOOR.name]], _recovered)
+                    stats.interval_of([boot[stock], boot[arm], boot[floor]], _recovered)
                     if enough
                     else None
                 )
-                row["recovered_ci95"] = None if not share else [round(v, 4) for v in share]
+                row[f"{name}_ci95"] = None if not share else [round(v, 4) for v in share]
         rows[arm] = row
     return rows
 
@@ -187,9 +242,10 @@ FIGURES = {"step": "step_s", "forward": "forward_s", "replay": "replay_s"}
 def run(
     settings: Settings, plan: Plan, spawn: Callable[..., dict] = spawn_all
 ) -> tuple[dict[str, Any], dict[tuple[str, str], Any]]:
-    """Starts a FULL_AND_PIECEWISE engine per (arm, runner), measures the
-    runners one after the other, writes settings.out / "timing.json"; returns
-    its data and the workers (still running: the caller closes them)."""
+    """Starts a FULL_AND_PIECEWISE engine of plan.serving per (arm, runner),
+    measures the runners one after the other, writes settings.out /
+    f"timing{plan.tag}.json"; returns its data and the workers (still
+    running: the caller closes them)."""
     pairs = [(arm, runner) for runner in settings.runners for arm in settings.timing_arms]
     # As the identity check runs them: the same compiled code in every arm
     # (no config picked by timing under load), and its compile cache reused.
@@ -202,16 +258,16 @@ def run(
         try:
             if isinstance(worker, Exception):
                 raise worker
-            worker.call("start", mode=GraphMode.FULL_AND_PIECEWISE.value)
+            worker.call("start", mode=GraphMode.FULL_AND_PIECEWISE.value, serving=plan.serving)
         except Exception as error:
             failed[f"{arm.name}/{runner.value}"] = f"{type(error).__name__}: {error}"
 
     def measure(runner: Runner, ready: dict[str, Any]) -> dict[str, Any]:
         def sample(arm: str, bs: int) -> dict:
-            return ready[arm].call("decode", bs=bs, steps=plan.steps, warm=plan.warm)
+            return ready[arm].call(plan.workload, bs=bs, steps=plan.steps, warm=plan.warm)
 
         def partial(samples: Samples) -> None:
-            write_json(settings.out / f"timing-{runner.value}-partial.json", samples)
+            write_json(settings.out / f"timing-{runner.value}{plan.tag}-partial.json", samples)
 
         def profile(worker: Any, bs: int) -> dict:
             # A profile is a diagnosis after the rounds: its failure (the
@@ -234,8 +290,7 @@ def run(
 
     try:
         # Every engine starts at once (kv_cache_memory_bytes skips vLLM's memory
-        # profiling, so engines on one GPU can; one after the other, a cold
-        # start took 35-45 s per engine on 2x H200, 2026-11-30e).  The figures
+        # profiling, so engines on one GPU can).  The figures
         # are of decode graph replays, whose kernels no start picks by timing:
         # Inductor's are deterministic (compilation_config), and the Triton
         # autotuning of a start is of the prefill kernels.  The runners are
@@ -264,6 +319,8 @@ def run(
         "gpus": list(settings.gpus),
         "tp": settings.tp,
         "mode": GraphMode.FULL_AND_PIECEWISE.value,
+        "serving": plan.serving,
+        "workload": plan.workload,
     }
-    write_json(settings.out / "timing.json", data)
+    write_json(settings.out / f"timing{plan.tag}.json", data)
     return data, workers

@@ -14,10 +14,14 @@ JSON line; each reply is one JSON line on FD (vLLM logs to stdout, so
 replies do not go there):
 {"ok": true, ...} or {"ok": false, "error": ...}.
 
-    {"op": "start", "mode": "FULL_AND_PIECEWISE"}   build the engine (drops the last)
+    {"op": "start", "mode": "FULL_AND_PIECEWISE", "serving": "mtp7"}   build the engine
+                                                    (drops the last; serving: an
+                                                    arms.SERVINGS name, default plain)
     {"op": "identity"}                              the identity workload's record
     {"op": "decode", "bs": 4, "steps": 48, "warm": 4}   seconds per decode step (wall),
                                                     and every rank's GPU spans, merged
+    {"op": "mixed", "bs": 4, "steps": 48, "warm": 4}    the same of steps that also
+                                                    prefill a chunk
     {"op": "profile", "bs": 1, "steps": 24, "warm": 4}  rank 0's GPU kernels of those
                                                     decode steps (torch.profiler), per step
     {"op": "quit"}
@@ -61,6 +65,17 @@ TORCH_DETERMINISTIC_ENV = "SR_ENGINE_TORCH_DETERMINISTIC"
 # process has it (prepare_rank).
 ARM_ENV = "SR_ENGINE_ARM"
 TIMING_PROMPT_LENGTH = 32
+# Under prefix caching, these requests' prompts start with one shared prefix
+# of SHARED_PREFIX_BLOCKS of the engine's blocks (known once it has started),
+# so that the later three find the first's state at a block boundary in the
+# cache: in align mode the last block boundary a prompt's state is cached at
+# is its last full block's, one block earlier under MTP (vLLM 0.26.0's
+# scheduler backs off a block for drafters that take the target's hidden
+# states), so 2.5 blocks leave one cached either way.
+SHARED_PREFIX_REQUESTS = (0, 5, 8, 10)
+SHARED_PREFIX_BLOCKS = 2.5
+# The counters an identity record keeps (Engine.counters).
+COUNTER_PREFIXES = ("vllm:spec_decode_num_", "vllm:prefix_cache_")
 
 
 def prompts(lengths: tuple[int, ...], vocab: int, seed: int = PROMPT_SEED) -> list[list[int]]:
@@ -109,6 +124,27 @@ class _NoDraw:
         return getattr(self._torch, name)
 
 
+class _OneDraw(_NoDraw):
+    """_NoDraw, plus one one-element draw from the default generator at every
+    `every`-th randint (the first SSU call of each forward, inside its graph
+    where captured): the floor of a path that draws from that generator."""
+
+    def __init__(self, torch_module: Any, every: int) -> None:
+        super().__init__(torch_module)
+        self._every = every
+        self._calls = 0
+        self._draws: dict[Any, Any] = {}
+
+    def randint(self, low: int, high: int, size: Any, **kwargs: Any) -> Any:
+        device = kwargs.get("device")
+        if self._calls % self._every == 0:
+            if device not in self._draws:
+                self._draws[device] = self._torch.empty(1, dtype=self._torch.int64, device=device)
+            self._draws[device].random_(low, high)
+        self._calls += 1
+        return super().randint(low, high, size, **kwargs)
+
+
 def _replace_ssu_torch(perturb: Perturb, every: int) -> None:
     import torch
     from vllm.model_executor.layers.mamba.ops import ssu_dispatch
@@ -117,6 +153,8 @@ def _replace_ssu_torch(perturb: Perturb, every: int) -> None:
         ssu_dispatch.torch = _OneSeedPerturbed(torch, every)
     elif perturb is Perturb.NO_DRAW:
         ssu_dispatch.torch = _NoDraw(torch)
+    elif perturb is Perturb.ONE_DRAW:
+        ssu_dispatch.torch = _OneDraw(torch, every)
 
 
 def _use_variant(drawer: str, sync_plan: str | None) -> None:
@@ -158,7 +196,7 @@ def prepare_rank() -> None:
         torch.use_deterministic_algorithms(True, warn_only=True)
         torch.utils.deterministic.fill_uninitialized_memory = deterministic == "1"
     arm = arms.BY_NAME[os.environ[ARM_ENV]]
-    if arm.perturb in (Perturb.ONE_SEED, Perturb.NO_DRAW):
+    if arm.perturb in (Perturb.ONE_SEED, Perturb.NO_DRAW, Perturb.ONE_DRAW):
         _replace_ssu_torch(arm.perturb, model.mamba2_layers())
     if arm.drawer is not None:
         _use_variant(arm.drawer, arm.sync_plan)
@@ -195,8 +233,7 @@ def _init_weights(worker: Any) -> int:
 
 def _mamba_caches(net: Any) -> list[Any]:
     """Per Mamba-2 layer, in the model's order (layers.0 first, then layers.2:
-    named_modules' order; the records of runs a to d sorted by name, where
-    layers.10 came second), its (conv state, SSM state) tensors: first
+    named_modules' order), its (conv state, SSM state) tensors: first
     dimension the cache slot (vLLM's block id)."""
     from vllm.model_executor.layers.mamba.mamba_mixer2 import MambaMixer2
 
@@ -211,8 +248,7 @@ def _request_slots(state: Any) -> Any:
     """A state tensor without slot 0: vLLM's null block, which no request holds.
     A padded CUDA-graph batch (V2 FULL) reads and writes its padding entries
     there, from stale input buffers: bits no request ever reads, and not the
-    same from process to process (stock differed from stock there on
-    2026-11-30, bench/results/engine-nvidia-h200x2-20261130c.md)."""
+    same from process to process."""
     return state[1:]
 
 
@@ -220,9 +256,8 @@ def zero_states(net: Any) -> int:
     """Zeroes every Mamba-2 layer's conv and SSM state, every slot; returns the
     layer count.  Profile, warm-up and capture forwards leave bits of their own
     in slots no request holds yet; from zero, a slot differs only where a
-    request's (or padding's) forward wrote different bits.  (With prefix
-    caching a request holds a slot per block of its tokens: 3 requests of
-    5-214 scheduled tokens wrote 17 slots at step 0 on 2026-11-30.)"""
+    request's (or padding's) forward wrote different bits (with prefix
+    caching, a request holds a slot per block of its tokens)."""
     import torch
 
     caches = _mamba_caches(net)
@@ -396,8 +431,7 @@ class ReplaySpans:
     first spins (`SPIN_CYCLES`), the start event is recorded behind the spin,
     and by the time it fires the host has enqueued the whole replay: the pair
     spans the prologue's kernels and the graph's back to back on the GPU, what
-    the microbenchmark's graph mode times.  Runs up to f (2026-11-30) recorded
-    the start without the spin.
+    the microbenchmark's graph mode times.
     """
 
     def __init__(self) -> None:
@@ -539,19 +573,58 @@ class Engine:
         self.llm: Any = None
         self.timed = False  # whether this engine's ranks have their timers
         self.config = model.model_config(tp)
+        self.serving = arms.PLAIN
 
-    def start(self, mode: str) -> dict:
+    def start(self, mode: str, serving: str = arms.PLAIN.name) -> dict:
         from vllm import LLM
 
         self.stop()
+        self.serving = arms.SERVING_BY_NAME[serving]
         seed = 1 if self.arm.perturb is Perturb.GENERATOR_SEED else arms.SEED
         began = time.perf_counter()
-        kwargs = arms.engine_kwargs(self.model_dir, GraphMode(mode), seed, self.tp)
+        model_dir = (
+            str(model.mtp_model_dir(self.model_dir))
+            if self.serving.speculative_tokens
+            else self.model_dir
+        )
+        kwargs = arms.engine_kwargs(model_dir, GraphMode(mode), seed, self.tp, self.serving)
         kwargs.update(json.loads(os.environ.get(LLM_KWARGS_ENV) or "{}"))
         self.llm = LLM(**kwargs)
         counts = self._each_rank(_init_weights)
         self.timed = False
         return {"start_s": time.perf_counter() - began, "parameters": counts[0]}
+
+    def block_size(self) -> int:
+        """The engine's KV-cache block in tokens (under prefix caching in align
+        mode, also the Mamba state's)."""
+        return int(self.llm.llm_engine.vllm_config.cache_config.block_size)
+
+    def counters(self) -> dict[str, float]:
+        """vLLM's speculative-decoding and prefix-cache counters (summed over
+        their labels) as they stand; none for an engine without stat logging
+        (PLAIN: arms.serving_kwargs turns it on for the others).  The counters
+        are the process's, so a workload's are a difference."""
+        from vllm.v1.metrics.reader import Counter
+
+        if not self.llm.llm_engine.log_stats:
+            return {}
+        totals: dict[str, float] = {}
+        for metric in self.llm.get_metrics():
+            if isinstance(metric, Counter) and metric.name.startswith(COUNTER_PREFIXES):
+                totals[metric.name] = totals.get(metric.name, 0) + metric.value
+        return totals
+
+    def identity_prompts(self) -> list[list[int]]:
+        """The identity workload's prompts; under prefix caching, those of
+        SHARED_PREFIX_REQUESTS after one shared prefix of SHARED_PREFIX_BLOCKS."""
+        tokens = prompts(PROMPT_LENGTHS, self.config["vocab_size"])
+        if not self.serving.prefix_caching:
+            return tokens
+        shared_length = int(self.block_size() * SHARED_PREFIX_BLOCKS)
+        (shared,) = prompts((shared_length,), self.config["vocab_size"], seed=PROMPT_SEED + 1)
+        return [
+            shared + ids if i in SHARED_PREFIX_REQUESTS else ids for i, ids in enumerate(tokens)
+        ]
 
     def _each_rank(self, func: Callable[..., Any], *args: Any) -> list[Any]:
         """func(worker, *args) on every TP rank's vLLM worker, in rank order."""
@@ -586,13 +659,14 @@ class Engine:
             zip(
                 ARRIVAL_STEPS,
                 (f"r{i}" for i in range(len(PROMPT_LENGTHS))),
-                prompts(PROMPT_LENGTHS, self.config["vocab_size"]),
+                self.identity_prompts(),
                 MAX_TOKENS,
                 strict=False,
             )
         )
         produced: dict[str, int] = {}
         finals: dict[str, Any] = {}
+        cached_tokens: dict[str, int] = {}
         decoded_steps: list[bool] = []
         # Per TP rank, its own Mamba-2 state: its share of every layer's heads.
         ranks: list[dict[str, Any]] = [
@@ -608,6 +682,7 @@ class Engine:
 
         self._each_rank(_on_model, zero_states)
         keep("rng_offsets", rng_offset)
+        counted = self.counters()
         step = 0
         while pending or engine.has_unfinished_requests():
             while pending and pending[0][0] <= step:
@@ -621,6 +696,7 @@ class Engine:
                     decoded = True
                 produced[out.request_id] = len(completion.token_ids)
                 finals[out.request_id] = completion
+                cached_tokens[out.request_id] = out.num_cached_tokens or 0
             decoded_steps.append(decoded)
             sums = self._each_rank(_on_model, layer_sums)
             for state, rank_sums in zip(ranks, sums, strict=True):
@@ -651,6 +727,15 @@ class Engine:
             # the state's bytes at the end ("state_sha256").
             "ranks": ranks,
             "sanity": sanity(finals),
+            # Per request, its prompt tokens found in the prefix cache.
+            "cached_tokens": dict(sorted(cached_tokens.items())),
+            "block_size": self.block_size(),
+            # What the workload added to vLLM's speculative-decoding and
+            # prefix-cache counters (drafts, draft and accepted tokens; queries, hits).
+            "counters": {
+                name: value - counted.get(name, 0)
+                for name, value in sorted(self.counters().items())
+            },
             "tokens": {rid: list(c.token_ids) for rid, c in sorted(finals.items())},
             "logprobs": {rid: _logprobs(c) for rid, c in sorted(finals.items())},
         }
@@ -658,14 +743,14 @@ class Engine:
     @contextlib.contextmanager
     def _decoding(self, bs: int, steps: int, warm: int) -> Iterator[Any]:
         """A decode batch of `bs` requests past `warm` steps of prefill and first
-        decodes, with room for `steps` more; aborted and drained on exit."""
+        decodes, with room for `steps` more (of up to 1 + K tokens each under
+        MTP); aborted and drained on exit."""
         engine = self.llm.llm_engine
         ids = [f"t{time.monotonic_ns()}-{i}" for i in range(bs)]
         tokens = prompts((TIMING_PROMPT_LENGTH,) * bs, self.config["vocab_size"])
+        room = (warm + steps) * (1 + self.serving.speculative_tokens) + 8
         for rid, prompt in zip(ids, tokens, strict=False):
-            engine.add_request(
-                rid, {"prompt_token_ids": prompt}, self._params(warm + steps + 8, None)
-            )
+            engine.add_request(rid, {"prompt_token_ids": prompt}, self._params(room, None))
         for _ in range(warm):
             engine.step()
         try:
@@ -676,23 +761,55 @@ class Engine:
                 engine.step()
 
     def decode(self, bs: int, steps: int, warm: int) -> dict:
-        """`steps` decode steps' wall time, and every rank's spans merged (merge_spans)."""
+        """`steps` decode steps' wall time, and every rank's spans merged
+        (merge_spans).  Under MTP a step is a verify iteration: the verify
+        forward and the drafter's."""
         with self._decoding(bs, steps, warm) as engine:
-            if not self.timed:  # the identity workload runs without timers
-                self._each_rank(_install_spans)
-                self.timed = True
-            self._each_rank(_take_spans)  # what came before
-            began = time.perf_counter()
-            for _ in range(steps):
-                engine.step()
-            self._each_rank(_synchronize)
-            elapsed = time.perf_counter() - began
-            ranks = self._each_rank(_take_spans)
-        return {
+            return self._timed(engine, steps)[0]
+
+    def mixed(self, bs: int, steps: int, warm: int) -> dict:
+        """As decode, with a prefill chunk in every step beside the `bs`
+        decodes: long prompts (one token to generate) queued behind the batch,
+        enough to fill each step's token budget (max_num_batched_tokens) past
+        the last timed step.  A mixed batch is no uniform decode, so under
+        FULL_AND_PIECEWISE it runs the piecewise graphs, the SSU eager."""
+        config = self.llm.llm_engine.vllm_config
+        budget = config.scheduler_config.max_num_batched_tokens
+        length = config.model_config.max_model_len - 8
+        count = math.ceil((steps + 2) * budget / length) + 1
+        with self._decoding(bs, steps, warm) as engine:
+            ids = [f"p{time.monotonic_ns()}-{i}" for i in range(count)]
+            long_prompts = prompts((length,) * count, self.config["vocab_size"])
+            for rid, prompt in zip(ids, long_prompts, strict=True):
+                engine.add_request(rid, {"prompt_token_ids": prompt}, self._params(1, None))
+            try:
+                figures, finished = self._timed(engine, steps)
+            finally:
+                engine.abort_request(ids)
+        done = len(finished & set(ids))
+        if done == count:
+            raise RuntimeError(f"all {count} prefills finished within {steps} steps: not mixed")
+        return {**figures, "prefills": count, "prefills_done": done}
+
+    def _timed(self, engine: Any, steps: int) -> tuple[dict, set[str]]:
+        """`steps` engine steps' figures, and the requests that finished in them."""
+        if not self.timed:  # the identity workload runs without timers
+            self._each_rank(_install_spans)
+            self.timed = True
+        self._each_rank(_take_spans)  # what came before
+        finished: set[str] = set()
+        began = time.perf_counter()
+        for _ in range(steps):
+            finished.update(out.request_id for out in engine.step() if out.finished)
+        self._each_rank(_synchronize)
+        elapsed = time.perf_counter() - began
+        ranks = self._each_rank(_take_spans)
+        figures = {
             "step_s": elapsed / steps,
             **merge_spans(ranks),
             "replays_per_step": ranks[0]["replays"] / steps,
         }
+        return figures, finished
 
     def profile(self, bs: int, steps: int, warm: int) -> dict:
         """Rank 0's GPU kernels over `steps` decode steps of a batch of `bs`, as
@@ -743,6 +860,8 @@ def main(argv: list[str] | None = None) -> int:
                 reply = engine.identity()
             elif op == "decode":
                 reply = engine.decode(**command)
+            elif op == "mixed":
+                reply = engine.mixed(**command)
             elif op == "profile":
                 reply = engine.profile(**command)
             else:

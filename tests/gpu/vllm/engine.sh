@@ -8,11 +8,14 @@
 # `fork` in the background beside `identity`):
 #   fork      tests/gpu/vllm/patched_installed.sh on a copy of /tmp/site (apply --installed,
 #             the fork's test per design, revert byte for byte)
-#   identity  tests/gpu/vllm/test_engine_identity.py (every arm x runner x graph mode)
-#   timing    bench/engine/test_engine_step.py (pytest-benchmark, interleaved rounds)
+#   identity  tests/gpu/vllm/test_engine_identity.py (every arm x runner x graph mode x
+#             serving configuration of SR_ENGINE_SERVING: plain when unset)
+#   timing    bench/engine/test_engine_step.py (pytest-benchmark, interleaved rounds): decode
+#             steps, MTP verify iterations (SR_ENGINE_TIMING_SERVING=mtp7) or mixed
+#             prefill/decode steps (SR_ENGINE_WORKLOAD=mixed)
 #   reproduce bench/engine/reproduce.py: does stock compute the same bits in two
 #             processes, per setting (a diagnostic of the compiled modes)
-#   pack      everything but the three result JSONs into $OUT/engine-run.tar.xz (a device
+#   pack      everything but the result JSONs into $OUT/engine-run.tar.xz (a device
 #             call brings back only a few files, none deep); run it last, also after a
 #             step cut off by `timeout`
 # An identity run cut off by a time limit goes on where it stopped when run again on the
@@ -58,16 +61,19 @@ for step in "$@"; do
         2>&1 | tee "$out/engine/identity-pytest.log"
       [ "${PIPESTATUS[0]}" = 0 ] || status=1 ;;
     timing)
+      # The files' tag, as timing.Plan.tag names timing.json's: none for plain decode steps.
+      tag=$([ "${SR_ENGINE_TIMING_SERVING:-plain}" = plain ] || echo "-$SR_ENGINE_TIMING_SERVING")
+      tag=$tag$([ "${SR_ENGINE_WORKLOAD:-decode}" = decode ] || echo "-$SR_ENGINE_WORKLOAD")
       python3 -m pytest bench/engine/test_engine_step.py --benchmark-only -v \
-        -p no:cacheprovider --benchmark-json="$out/engine/benchmark.json" \
-        2>&1 | tee "$out/engine/timing-pytest.log"
+        -p no:cacheprovider --benchmark-json="$out/engine/benchmark$tag.json" \
+        2>&1 | tee "$out/engine/timing$tag-pytest.log"
       [ "${PIPESTATUS[0]}" = 0 ] || status=1 ;;
     reproduce)
       python3 -m bench.engine.reproduce 2>&1 | tee "$out/engine/reproduce.log"
       [ "${PIPESTATUS[0]}" = 0 ] || status=1 ;;
     pack)
       (cd "$out" && find . -type f ! -name engine-run.tar.xz ! -path ./engine/identity.json \
-         ! -path ./engine/timing.json ! -path ./engine/benchmark.json \
+         ! -path './engine/timing*.json' ! -path './engine/benchmark*.json' \
          ! -path ./engine/reproduce.json ! -path ./engine/reproduce-code.tar.xz -print0 \
          | tar --null -T - -cJf engine-run.tar.xz --remove-files) || status=1 ;;
     *) echo "unknown step $step (fork, identity, timing, reproduce, pack)"; exit 2 ;;

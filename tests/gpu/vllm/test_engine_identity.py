@@ -2,8 +2,11 @@
 
 For every arm (bench/engine/arms.py: stock again in another process, patched
 with the flag off, the reset design with each drawer and the kernel drawer on a
-side stream, the forward-context design), both model runners and the three
-CUDA-graph modes, one engine runs the same workload as stock
+side stream, the forward-context design), both model runners, the three
+CUDA-graph modes and every serving configuration run (arms.SERVINGS: plain;
+async scheduling off; MTP with 3 or 7 speculative tokens; prefix caching in
+align mode; the seed document's MTP 7 + async + prefix caching), one engine
+runs the same workload as stock
 (bench/engine/worker.py: 12 requests of 5-700 prompt tokens arriving over
 the run, chunked prefill sharing steps with decodes, up to 8 running,
 temperature 1, LLM(seed=0)) and must give, step by step, the same fp16 SSM
@@ -17,7 +20,10 @@ inconclusive for every other arm, and test_stock_is_reproducible fails for
 it (compiled cells agree only with
 deterministic kernels: bench/engine/arms.py, IDENTITY_ENV and
 compilation_config).  Two negative controls must differ: stock with one seed
-in every 40 XOR 1, and stock under another generator seed.
+in every 40 XOR 1, and stock under another generator seed.  Each serving
+configuration must show its options at work in stock's record
+(test_serving_options_took_effect): prefix-cache hits on the requests that
+share a prefix, MTP drafts of K tokens; and none where the option is off.
 
 Run on the GPU machine by tests/gpu/vllm/engine.sh, which stages the copies
 and sets SR_ENGINE_SITES; skipped elsewhere.  Records go to
@@ -39,10 +45,29 @@ from typing import Any
 import pytest
 
 from bench.engine import model
-from bench.engine.arms import ARMS, CONTROLS, STOCK, STOCK_AGAIN, GraphMode, Perturb, Runner
+from bench.engine.arms import (
+    ARMS,
+    CONTROLS,
+    PLAIN,
+    SERVINGS,
+    STOCK,
+    STOCK_AGAIN,
+    GraphMode,
+    Perturb,
+    Runner,
+    Serving,
+)
 from bench.engine.identity import MODES, key, run
 from bench.engine.report import compact_record, first_difference, merge_identity, rank_states
-from bench.engine.session import IDENTITY_ARMS_ENV, MODES_ENV, SKIP_REASON, Settings
+from bench.engine.session import (
+    IDENTITY_ARMS_ENV,
+    MODES_ENV,
+    RUNNERS_ENV,
+    SERVING_ENV,
+    SKIP_REASON,
+    Settings,
+)
+from bench.engine.worker import SHARED_PREFIX_REQUESTS
 
 RECORDS_ENV = "SR_ENGINE_RECORDS"
 SAVED = os.environ.get(RECORDS_ENV)
@@ -50,6 +75,13 @@ pytestmark = [] if SAVED else [pytest.mark.gpu]
 
 MIN_DECODE_STEPS = 64
 PATCHED = [arm.name for arm in ARMS if arm not in (STOCK, STOCK_AGAIN)]
+# (mode, serving) of every cell; PLAIN's ids are the mode alone, as before the servings.
+CELLS = [(mode, serving) for serving in SERVINGS for mode in MODES]
+
+
+def cell_id(cell: tuple[GraphMode, Serving]) -> str:
+    mode, serving = cell
+    return mode.value if serving == PLAIN else f"{mode.value}-{serving.name}"
 
 
 def saved_records(path: Path) -> dict[str, Any]:
@@ -75,12 +107,20 @@ def identity() -> dict[str, Any]:
     return run(settings)
 
 
-def record(identity: dict[str, Any], arm: str, runner: Runner, mode: GraphMode) -> dict:
-    cell = key(arm, runner, mode)
+def record(
+    identity: dict[str, Any],
+    arm: str,
+    runner: Runner,
+    mode: GraphMode,
+    serving: Serving = PLAIN,
+) -> dict:
+    cell = key(arm, runner, mode, serving)
     if cell not in identity["records"] and SAVED:
-        pytest.skip(f"{cell} is not in {SAVED} (a run before that arm)")
+        pytest.skip(f"{cell} is not in {SAVED} (a run before that arm or serving)")
     if cell not in identity["records"]:
-        pytest.skip(f"{cell} was not run ({IDENTITY_ARMS_ENV}, {MODES_ENV})")
+        pytest.skip(
+            f"{cell} was not run ({IDENTITY_ARMS_ENV}, {MODES_ENV}, {SERVING_ENV}, {RUNNERS_ENV})"
+        )
     got = identity["records"][cell]
     if "error" in got:
         pytest.fail(f"{cell} did not run: {got['error']}", pytrace=False)
@@ -116,15 +156,19 @@ def assert_identical(stock: dict, got: dict) -> None:
     assert not differ, f"the SSM state differs from stock's (rank: from engine step) {differ}"
     assert got["tokens_sha256"] == stock["tokens_sha256"], "token ids differ"
     assert got["logprobs_sha256"] == stock["logprobs_sha256"], "logprobs differ"
+    for name in ("cached_tokens", "counters"):  # records of runs with the servings
+        assert got.get(name) == stock.get(name), f"{name} differ"
 
 
-def judged_stock(identity: dict[str, Any], runner: Runner, mode: GraphMode) -> dict:
+def judged_stock(
+    identity: dict[str, Any], runner: Runner, mode: GraphMode, serving: Serving
+) -> dict:
     """Stock's record of a cell where the check means something: where a second
     stock process computed the same bits.  Where it did not, a difference says
     nothing about the seeds, nor an agreement: the cell is skipped, and
     test_stock_is_reproducible fails for it."""
-    stock = record(identity, STOCK.name, runner, mode)
-    again = record(identity, STOCK_AGAIN.name, runner, mode)
+    stock = record(identity, STOCK.name, runner, mode, serving)
+    again = record(identity, STOCK_AGAIN.name, runner, mode, serving)
     differ = differing_ranks(stock, again)
     if differ:
         pytest.skip(
@@ -134,42 +178,42 @@ def judged_stock(identity: dict[str, Any], runner: Runner, mode: GraphMode) -> d
     return stock
 
 
-@pytest.mark.parametrize("mode", MODES, ids=lambda m: m.value)
+@pytest.mark.parametrize("cell", CELLS, ids=cell_id)
 @pytest.mark.parametrize("runner", list(Runner), ids=lambda r: r.value)
-def test_stock_is_reproducible(identity, runner: Runner, mode: GraphMode) -> None:
+def test_stock_is_reproducible(identity, runner: Runner, cell) -> None:
     """The positive control: stock in another process computes the same bits."""
-    stock = record(identity, STOCK.name, runner, mode)
-    assert_identical(stock, record(identity, STOCK_AGAIN.name, runner, mode))
+    stock = record(identity, STOCK.name, runner, *cell)
+    assert_identical(stock, record(identity, STOCK_AGAIN.name, runner, *cell))
 
 
-@pytest.mark.parametrize("mode", MODES, ids=lambda m: m.value)
+@pytest.mark.parametrize("cell", CELLS, ids=cell_id)
 @pytest.mark.parametrize("runner", list(Runner), ids=lambda r: r.value)
-def test_stock_is_not_degenerate(identity, runner: Runner, mode: GraphMode) -> None:
+def test_stock_is_not_degenerate(identity, runner: Runner, cell) -> None:
     """Agreement must not be trivial: engines that all sample from NaN logits,
     or fall into one token, agree too (the identity run fills new allocations
     with NaN: arms.IDENTITY_ENV)."""
-    sanity = record(identity, STOCK.name, runner, mode).get("sanity")
+    sanity = record(identity, STOCK.name, runner, *cell).get("sanity")
     if sanity is None:
-        pytest.skip("records of a run before the sanity figures (2026-11-30d and earlier)")
+        pytest.skip("records of a run before the sanity figures")
     assert sanity["finite_logprobs"], "a sampled token's logprob is not finite"
     assert sanity["fewest_distinct_tokens"] > 1, "a request sampled one token id only"
 
 
-@pytest.mark.parametrize("mode", MODES, ids=lambda m: m.value)
+@pytest.mark.parametrize("cell", CELLS, ids=cell_id)
 @pytest.mark.parametrize("runner", list(Runner), ids=lambda r: r.value)
 @pytest.mark.parametrize("arm", PATCHED)
-def test_identical_to_stock(identity, arm: str, runner: Runner, mode: GraphMode) -> None:
-    stock = judged_stock(identity, runner, mode)
-    assert_identical(stock, record(identity, arm, runner, mode))
+def test_identical_to_stock(identity, arm: str, runner: Runner, cell) -> None:
+    stock = judged_stock(identity, runner, *cell)
+    assert_identical(stock, record(identity, arm, runner, *cell))
 
 
-@pytest.mark.parametrize("mode", MODES, ids=lambda m: m.value)
+@pytest.mark.parametrize("cell", CELLS, ids=cell_id)
 @pytest.mark.parametrize("runner", list(Runner), ids=lambda r: r.value)
 @pytest.mark.parametrize("control", CONTROLS, ids=lambda a: a.name)
-def test_negative_control_differs(identity, control, runner: Runner, mode: GraphMode) -> None:
+def test_negative_control_differs(identity, control, runner: Runner, cell) -> None:
     """The check above can fail: a perturbed stock does not pass it."""
-    stock = judged_stock(identity, runner, mode)
-    got = record(identity, control.name, runner, mode)
+    stock = judged_stock(identity, runner, *cell)
+    got = record(identity, control.name, runner, *cell)
     for rank, a, b in ranks_of(stock, got):
         step = first_difference(a["fingerprints"], b["fingerprints"])
         assert step is not None, f"rank {rank}: the state does not differ"
@@ -183,6 +227,40 @@ def test_negative_control_differs(identity, control, runner: Runner, mode: Graph
         assert got["tokens_sha256"] != stock["tokens_sha256"]
 
 
+@pytest.mark.parametrize("cell", CELLS, ids=cell_id)
+@pytest.mark.parametrize("runner", list(Runner), ids=lambda r: r.value)
+def test_serving_options_took_effect(identity, runner: Runner, cell) -> None:
+    """Stock's record shows its serving options at work, and only those: under
+    prefix caching each later request of SHARED_PREFIX_REQUESTS found at least
+    a block of its prompt in the cache, and vLLM counted the hits; with MTP,
+    vLLM counted drafts of up to K tokens; with an option off, none of that (the
+    controls: a check of the hits or drafts alone could pass on any record)."""
+    mode, serving = cell
+    stock = record(identity, STOCK.name, runner, mode, serving)
+    if "cached_tokens" not in stock:
+        pytest.skip("records of a run before the serving configurations")
+    cached = stock["cached_tokens"]
+    counters = stock.get("counters", {})
+    later = [f"r{i}" for i in SHARED_PREFIX_REQUESTS[1:]]
+    if serving.prefix_caching:
+        assert all(cached[rid] >= stock["block_size"] for rid in later), (
+            cached,
+            stock["block_size"],
+        )
+        assert counters.get("vllm:prefix_cache_hits", 0) > 0, counters
+    else:
+        assert not any(cached.values()), cached
+        assert not counters.get("vllm:prefix_cache_hits"), counters
+    drafts = counters.get("vllm:spec_decode_num_drafts", 0)
+    if serving.speculative_tokens:
+        assert drafts > 0, counters
+        # Up to K tokens a draft (fewer where a request nears its end), more than one.
+        draft_tokens = counters["vllm:spec_decode_num_draft_tokens"]
+        assert drafts < draft_tokens <= drafts * serving.speculative_tokens, counters
+    else:
+        assert not drafts, counters
+
+
 @pytest.mark.parametrize("runner", list(Runner), ids=lambda r: r.value)
 def test_engagement_line(identity, runner: Runner) -> None:
     """The engine log names the design, the backend and N; off, it says nothing."""
@@ -191,6 +269,8 @@ def test_engagement_line(identity, runner: Runner) -> None:
         for arm in ARMS
         if f"{arm.name}/{runner.value}" in identity["engagement"]  # a run of some arms
     }
+    if not lines:
+        pytest.skip(f"no engine of {runner.value} ran ({RUNNERS_ENV})")
     n = model.mamba2_layers()
     # vLLM's copy has one drawer and plan, so its line names the design and backend
     # only; the variant arms swap runner_hooks' prefetcher in behind the same line.
