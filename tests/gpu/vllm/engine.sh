@@ -35,8 +35,9 @@ stamp=$(find vllm_patch runner_hooks bench/engine -type f ! -path '*__pycache__*
   | xargs cat | sha256sum | cut -c1-12)
 export OUT=$out TORCH_EXTENSIONS_DIR=/tmp/torch_ext
 tp=${SR_ENGINE_TP:-1}
-# Records of TP 1 keep the name they had before TP was a setting.
-export SR_ENGINE_RESUME=/tmp/sr-engine/identity-$stamp$([ "$tp" = 1 ] || echo "-tp$tp").json
+# Records of TP 1 keep the name they had before TP was a setting; a preset SR_ENGINE_RESUME
+# (a second identity run beside the first, with its own OUT) is kept.
+export SR_ENGINE_RESUME=${SR_ENGINE_RESUME:-/tmp/sr-engine/identity-$stamp$([ "$tp" = 1 ] || echo "-tp$tp").json}
 export SR_ENGINE_SITES="stock=/tmp/site,reset=/tmp/site-reset,forward-context=/tmp/site-forward-context"
 export SR_ENGINE_GPUS=${SR_ENGINE_GPUS:-$(nvidia-smi --query-gpu=index --format=csv,noheader \
   | head -n $((2 * tp)) | paste -sd, -)}
