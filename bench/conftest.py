@@ -14,7 +14,7 @@ import shlex
 import pytest
 
 from .options import BenchOptions, add_options
-from .session import BenchSession
+from .step_session import BenchSession
 from .summary import markdown, write_summary
 from .target import TARGETS, BenchUnavailable
 

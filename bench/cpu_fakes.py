@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from .model import DecodeModel
+from .synthetic_model import DecodeModel
 from .target import Target
 from .variants import SeedSource, run_step
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from .model import DecodeModel
+from .synthetic_model import DecodeModel
 from .variants import SeedSource, run_step
 
 WARMUP_STEPS = 2

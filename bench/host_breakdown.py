@@ -9,15 +9,14 @@ Host µs to enqueue one eager decode step (a synchronize before each sample,
 outside it), for the floor (one fixed seed, nothing drawn) and for the floor
 plus one piece of the explicit-reset prefetcher's work at a time, then the
 whole design, in interleaved rounds shuffled by a seeded generator
-(timing.py).  Each figure is a median with its bootstrap 95% interval and the
+(step_timing.py).  Each figure is a median with its bootstrap 95% interval and the
 IQR; "over floor" is the paired difference of medians, with its interval
 (stats.py).  `--profile` adds cProfile's view of the floor and of the design.
 
 The pieces reach into runner_hooks' internals (RUNNER_HOOKS_NAMES), as a
 breakdown must.  bench/test_host_breakdown.py checks on the CPU that every one
 exists and builds and runs every step once with stand-ins for CUDA, so a
-change there fails CI instead of leaving this script to rot, as its one-off
-predecessor did (bench/results/nvidia-h200-20261129.host-breakdown.md).
+change there fails CI.
 """
 
 from __future__ import annotations
@@ -38,10 +37,10 @@ from runner_hooks.core import prefetch as prefetch_module
 from runner_hooks.core.prefetch import SeedBatch
 from runner_hooks.drawers import stock_seed
 
-from .model import DecodeModel, MixerShape
 from .stats import BOOTSTRAP_SEED, RESAMPLES, bootstrap_medians, interval_of, quantile, seeded_rng
+from .step_timing import Step, gc_paused, host_us_per_step, interleaved
+from .synthetic_model import DecodeModel, MixerShape
 from .target import BenchUnavailable, flashinfer_target
-from .timing import Step, gc_paused, host_us_per_step, interleaved
 
 RUNNER_HOOKS_NAMES = (
     "runner_hooks.ForwardHooks.register",

@@ -43,7 +43,7 @@ class BenchOptions:
     gemms: add each layer's in_proj and out_proj GEMMs, so the saving can be
         read as a share of a fuller step.
     rounds: interleaved timing rounds, and pytest-benchmark rounds per test.
-    seed: seeds the shuffled order of every interleaved round (timing.py);
+    seed: seeds the shuffled order of every interleaved round (step_timing.py);
         the summary records it.
     out_dir: where the summary's .json and .md go.
     ssu: the SSU kernel the model calls, a key of target.TARGETS.

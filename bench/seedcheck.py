@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from .graphs import capture_step
-from .model import DecodeModel
+from .synthetic_model import DecodeModel
 from .variants import SeedSource, run_step
 
 CHECK_STEPS = 3

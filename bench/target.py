@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .model import SsuKernel
+from .synthetic_model import SsuKernel
 
 
 class BenchUnavailable(Exception):
@@ -120,7 +120,7 @@ def triton_target() -> Target:
 
 class TritonSsu:
     """vLLM's Triton `selective_state_update` behind FlashInfer's signature
-    (model.SsuKernel), called as vLLM's TritonSSUBackend calls it, with the
+    (synthetic_model.SsuKernel), called as vLLM's TritonSSUBackend calls it, with the
     seed handed over in the patch's rand_seed."""
 
     def __init__(self, kernel: Callable[..., object]) -> None:

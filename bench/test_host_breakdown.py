@@ -20,7 +20,7 @@ from runner_hooks.core import reset as reset_module
 
 from . import host_breakdown
 from .cpu_fakes import LayoutCheckingSsu, counting_clock
-from .model import DecodeModel, MixerShape
+from .synthetic_model import DecodeModel, MixerShape
 from .target import BenchUnavailable
 
 SMALL = MixerShape(nheads=4, head_dim=8, dstate=16, ngroups=2, hidden=64)

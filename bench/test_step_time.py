@@ -6,7 +6,7 @@ pytest-benchmark's wall clock can see.  It carries the fixed cost of a
 synchronize and times each variant alone, so it is the figure for
 `--benchmark-compare` between runs of the same variant.  The comparison
 between variants is the summary's: interleaved CUDA-event timing of
-back-to-back steps (session.py), whose figures (median, its 95% interval,
+back-to-back steps (step_session.py), whose figures (median, its 95% interval,
 IQR, ratios, ties, host time, round-order seed) also go into each test's
 `extra_info` (and so into `--benchmark-json`).
 """
@@ -16,7 +16,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from .session import BenchSession, Case
+from .step_session import BenchSession, Case
 from .summary import FAILED, SKIPPED
 
 pytest.importorskip("pytest_benchmark", reason="the bench needs pytest-benchmark")

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 import torch
 
-from .model import NULL_SLOT
 from .options import BenchOptions
+from .synthetic_model import NULL_SLOT
 from .target import TARGETS, BenchUnavailable, TritonSsu, triton_target
 
 

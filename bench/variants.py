@@ -36,8 +36,8 @@ from runner_hooks import (
 from runner_hooks.drawers import DRAWERS, SEED_HIGH
 from runner_hooks.sync import SYNC_PLANS
 
-from .model import DecodeModel
 from .summary import FLOOR, FLOOR_RNG, STOCK
+from .synthetic_model import DecodeModel
 
 
 class SeedSource(Protocol):

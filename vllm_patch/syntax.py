@@ -35,10 +35,11 @@ class SiteError(Exception):
 # --- the parsed file -----------------------------------------------------------------------
 
 
-@functools.lru_cache(maxsize=32)
-def _parse(text: str) -> ast.Module:
-    """Parsed once per text: check, apply and status parse the same files many times.
-    The trees are only read, never changed."""
+@functools.lru_cache(maxsize=128)
+def parse(text: str) -> ast.Module:
+    """`ast.parse(text)`, once per text: a command reads its texts many times (revert each
+    twice), and 128 holds them all (tests/vllm_patch/test_cli.py counts).  Callers only
+    read the tree, never change it."""
     return ast.parse(text)
 
 
@@ -49,7 +50,7 @@ class Source:
         self.text = text
         self.path = path
         try:
-            self.tree = _parse(text)
+            self.tree = parse(text)
         except SyntaxError as error:
             raise SiteError(f"does not parse: {error}") from None
         self._line_starts = [0]
@@ -685,7 +686,7 @@ def stdlib_import(node: ast.AST) -> bool:
 def same_syntax(code: str) -> Callable[[ast.AST], bool]:
     """Matches a node written as `code`, one statement or expression, whatever its
     layout: the same syntax tree (ast.dump, which leaves positions out)."""
-    (statement,) = ast.parse(code.strip()).body
+    (statement,) = parse(code.strip()).body
     expected = statement.value if isinstance(statement, ast.Expr) else statement
     dump = ast.dump(expected)
     return lambda node: isinstance(node, type(expected)) and ast.dump(node) == dump

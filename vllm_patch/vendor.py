@@ -16,6 +16,7 @@ import importlib.util
 from pathlib import Path, PurePosixPath
 
 from .releases import Design
+from .syntax import parse
 
 SOURCE_PACKAGE = "runner_hooks"
 VENDORED_PACKAGE = "vllm/model_executor/layers/mamba/ops/sr_seed_prefetch"
@@ -121,7 +122,7 @@ def vendor_module(text: str, origin: str) -> str:
     rewritten faithfully.
     """
     try:
-        tree = ast.parse(text)
+        tree = parse(text)
     except SyntaxError as error:
         raise VendorError(f"{origin} does not parse: {error}") from None
     for node in ast.walk(tree):
@@ -146,7 +147,7 @@ def vendor_module(text: str, origin: str) -> str:
 
 def _parse(source: Path, module: PurePosixPath) -> ast.Module:
     try:
-        return ast.parse((source / module).read_text(encoding="utf-8"))
+        return parse((source / module).read_text(encoding="utf-8"))
     except SyntaxError as error:
         raise VendorError(f"{SOURCE_PACKAGE}/{module} does not parse: {error}") from None
 
@@ -190,7 +191,7 @@ def _flat_name(relative: PurePosixPath) -> str:
 def _flatten_imports(text: str, source: Path, module: PurePosixPath) -> str:
     """`text` with each relative import naming its target as a sibling module."""
     lines = text.splitlines(keepends=True)
-    for node in _relative_imports(ast.parse(text)):
+    for node in _relative_imports(parse(text)):
         target = _flat_name(_resolve(source, module, node)).removesuffix(".py")
         old = f"from {'.' * node.level}{node.module} import"
         new = "from . import" if target == "__init__" else f"from .{target} import"
@@ -205,7 +206,7 @@ def _set_constants(text: str, values: dict[str, str], origin: str) -> str:
     """`text` with each module-level `NAME = ...` of `values` given that value."""
     if not values:
         return text
-    tree = ast.parse(text)
+    tree = parse(text)
     lines = text.splitlines(keepends=True)
     spans = []
     for name, value in values.items():

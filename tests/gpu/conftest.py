@@ -1,12 +1,17 @@
-"""What every GPU test runs under."""
+"""What every GPU test runs under, and the fixtures the identity and stream tests share:
+each design, sync plan and drawer, and a runner of them or of stock (`make_runner`)."""
 
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 import torch
+
+from runner_hooks import SYNC_PLANS
+
+from .harness import Runner, require_drawer
 
 
 @pytest.fixture(autouse=True)
@@ -26,3 +31,30 @@ def no_graph_freed_during_a_capture() -> Iterator[None]:
     with torch.compiler.config.patch(force_cudagraph_gc=True):
         yield
     gc.collect()
+
+
+@pytest.fixture(params=["reset", "baseline"])
+def design(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
+@pytest.fixture(params=sorted(SYNC_PLANS))
+def sync_plan(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
+@pytest.fixture(params=["randint", "kernel"])
+def drawer(request: pytest.FixtureRequest) -> str:
+    require_drawer(request.param)
+    return request.param
+
+
+@pytest.fixture
+def make_runner(design: str, sync_plan: str, drawer: str) -> Callable[..., Runner]:
+    """`make_runner(None)` is stock, `make_runner("design")` the design, on the same plan
+    and drawer; `batch_size` is the runner's (default 1)."""
+
+    def make(which: str | None, batch_size: int = 1) -> Runner:
+        return Runner(design if which else None, sync_plan, drawer, batch_size=batch_size)
+
+    return make

@@ -11,7 +11,7 @@ import logging
 import pytest
 import torch
 
-from runner_hooks import SYNC_PLANS, IncompleteSeedBatchError, WrongStreamError
+from runner_hooks import IncompleteSeedBatchError, WrongStreamError
 
 from .harness import (
     DECODE,
@@ -21,35 +21,10 @@ from .harness import (
     PREFILL,
     Runner,
     assert_same_seeds,
-    require_drawer,
     run_both,
 )
 
 pytestmark = pytest.mark.gpu
-
-
-@pytest.fixture(params=["reset", "baseline"])
-def design(request: pytest.FixtureRequest) -> str:
-    return request.param
-
-
-@pytest.fixture(params=sorted(SYNC_PLANS))
-def sync_plan(request: pytest.FixtureRequest) -> str:
-    return request.param
-
-
-@pytest.fixture(params=["randint", "kernel"])
-def drawer(request: pytest.FixtureRequest) -> str:
-    require_drawer(request.param)
-    return request.param
-
-
-@pytest.fixture
-def make_runner(design: str, sync_plan: str, drawer: str):
-    def make(which: str | None, batch_size: int = 1) -> Runner:
-        return Runner(design if which else None, sync_plan, drawer, batch_size=batch_size)
-
-    return make
 
 
 def test_eager_forwards(make_runner) -> None:

@@ -20,29 +20,13 @@ import torch
 from runner_hooks import SYNC_PLANS
 from runner_hooks.core import prefetch as prefetch_module
 
-from .harness import DECODE, NUM_LAYERS, Runner, assert_same_seeds, require_drawer, run_both
+from .harness import DECODE, NUM_LAYERS, Runner, assert_same_seeds, run_both
 from .test_capture_failures import run_script
 
 pytestmark = pytest.mark.gpu
 
 STALL = 2_000_000
 """GPU cycles each forward sleeps before its consumers (about a millisecond)."""
-
-
-@pytest.fixture(params=["reset", "baseline"])
-def design(request: pytest.FixtureRequest) -> str:
-    return request.param
-
-
-@pytest.fixture(params=sorted(SYNC_PLANS))
-def sync_plan(request: pytest.FixtureRequest) -> str:
-    return request.param
-
-
-@pytest.fixture(params=["randint", "kernel"])
-def drawer(request: pytest.FixtureRequest) -> str:
-    require_drawer(request.param)
-    return request.param
 
 
 def default_then_pool_and_back(runner: Runner) -> list[torch.Tensor]:
@@ -60,14 +44,9 @@ def default_then_pool_and_back(runner: Runner) -> list[torch.Tensor]:
     return records
 
 
-def test_forwards_on_the_default_stream_and_a_pool_stream(
-    design: str, sync_plan: str, drawer: str
-) -> None:
-    def make(which: str | None) -> Runner:
-        return Runner(design if which else None, sync_plan, drawer)
-
+def test_forwards_on_the_default_stream_and_a_pool_stream(make_runner) -> None:
     with torch.cuda.stream(torch.cuda.default_stream()):
-        assert_same_seeds(*run_both(default_then_pool_and_back, make))
+        assert_same_seeds(*run_both(default_then_pool_and_back, make_runner))
 
 
 def handle_zero_as_no_forward(self: prefetch_module.SeedPrefetch) -> torch.cuda.Event | None:

@@ -10,15 +10,18 @@ test of --base builds vLLM 0.29.0's pristine tree in the cache once (a few secon
 
 from __future__ import annotations
 
+import ast
+import collections
 import hashlib
 import re
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.vllm_patch.helpers import commit, git, run, small_copy, small_git_copy, snapshot
-from vllm_patch import cli, designs, fork_test, patch, releases, targets, tree, vendor
+from vllm_patch import cli, designs, fork_test, patch, releases, syntax, targets, tree, vendor
 from vllm_patch.designs import DESIGNS
 from vllm_patch.releases import NEWEST, Design, Site
 from vllm_patch.targets import (
@@ -137,6 +140,33 @@ def test_check_says_per_file_what_apply_would_do(
         assert f"would add      {path}" in out
     assert "no such site" not in out  # the newest release has every site
     assert snapshot(small_tree) == before
+
+
+@pytest.mark.parametrize("command", ["check", "apply", "status", "revert"])
+def test_a_command_parses_each_text_once(
+    small_tree: Path,
+    command: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every text a command reads is parsed once (syntax.parse), revert's second reading of
+    each patched file and the vendored modules read by every step included."""
+    if command in ("status", "revert"):
+        assert run(capsys, "apply", small_tree)[0] == 0
+    syntax.parse.cache_clear()
+    parsed: collections.Counter[str] = collections.Counter()
+    real_parse = ast.parse
+
+    def counting_parse(source: str, *args: Any, **kwargs: Any) -> Any:
+        parsed[source] += 1
+        return real_parse(source, *args, **kwargs)
+
+    monkeypatch.setattr(ast, "parse", counting_parse)
+    status, out = run(capsys, command, small_tree)
+    assert status == 0, out
+    assert len(parsed) > 20  # the control: the command's files went through the counter
+    again = [text.splitlines()[:1] for text, count in parsed.items() if count > 1]
+    assert not again, f"parsed more than once: {again}"
 
 
 @pytest.mark.parametrize("design", list(Design), ids=str)

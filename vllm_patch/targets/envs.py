@@ -95,7 +95,8 @@ def declarations(design: Design) -> list[str]:
     """The design's variables as landing/envs.py declares them, one `NAME: type = default`
     each (for the commit message)."""
     code = _landing_parts(VARIABLES[design])[0]
-    return [Source(code).segment(node) for node in ast.parse(code).body]
+    source = Source(code)
+    return [source.segment(node) for node in source.tree.body]
 
 
 def operations(design: Design) -> FileOperations:

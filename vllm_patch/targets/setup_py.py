@@ -14,7 +14,7 @@ import fnmatch
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from ..syntax import FileOperations, Find, InsertStatements, SiteError, Source, landing
+from ..syntax import FileOperations, Find, InsertStatements, SiteError, Source, landing, parse
 from ..vendor import VENDORED_PACKAGE
 
 PATH = "setup.py"
@@ -67,7 +67,7 @@ class AnchorPattern(Find):
 
 def _pattern() -> str:
     """The pattern the landing fragment adds."""
-    expression = ast.parse(landing("setup_package_data.py")).body[0]
+    expression = parse(landing("setup_package_data.py")).body[0]
     assert isinstance(expression, ast.Expr) and isinstance(expression.value, ast.Tuple)
     element = expression.value.elts[0]
     assert isinstance(element, ast.Constant) and isinstance(element.value, str)

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from .cpu_fakes import LayoutCheckingSsu
-from .model import NULL_SLOT, DecodeModel, MixerShape
+from .synthetic_model import NULL_SLOT, DecodeModel, MixerShape
 from .variants import FloorSource, StockSource, run_step
 
 CPU = torch.device("cpu")

@@ -2,12 +2,12 @@
 
 The pytest-benchmark tests (test_step_time.py) each time one variant alone;
 this session's interleaved pass times all of them round after round
-(timing.py says why), and those samples make the summary.  Both run on the
+(step_timing.py says why), and those samples make the summary.  Both run on the
 same models, seed sources and graphs, built here once per batch size, when
 the first test of that size asks.
 
 Per batch size, in this order:
-1. the model (model.py) and, once per session, every variant's seed source
+1. the model (synthetic_model.py) and, once per session, every variant's seed source
    (one source per variant for all sizes, as vLLM keeps one backend for all
    its graphs); a variant that cannot be built here (a drawer that does not
    compile) is SKIPPED with the reason;
@@ -33,13 +33,13 @@ from datetime import datetime, timezone
 import torch
 
 from .graphs import capture_step
-from .model import DecodeModel, MixerShape
 from .options import BenchOptions
 from .seedcheck import CHECK_STEPS, mismatch, record_eager, record_graph, stock_anomalies
 from .stats import BOOTSTRAP_SEED, CONFIDENCE, MIN_SAMPLES, RESAMPLES, seeded_rng
+from .step_timing import Step, device_us_per_step, gc_paused, host_us_per_step, interleaved
 from .summary import FAILED, FLOOR, MODES, SKIPPED, STOCK, Cell, Row, RunInfo, summarize
+from .synthetic_model import DecodeModel, MixerShape
 from .target import BenchUnavailable, Target, flashinfer_target
-from .timing import Step, device_us_per_step, gc_paused, host_us_per_step, interleaved
 from .variants import SeedSource, VariantSpec, run_step, unavailable_errors, variant_specs
 
 EAGER_BURST = 5

@@ -14,13 +14,13 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from . import seedcheck, session
+from . import seedcheck, step_session
 from .cpu_fakes import LayoutCheckingSsu, capture_eagerly, counting_clock, cpu_target
-from .model import MixerShape
 from .options import BenchOptions
-from .session import BenchSession
 from .stats import MIN_SAMPLES
+from .step_session import BenchSession
 from .summary import FAILED, MODES, OK, SKIPPED, summarize, write_summary
+from .synthetic_model import MixerShape
 from .target import BenchUnavailable
 from .variants import SEED_HIGH, StockSource, VariantSpec, variant_specs
 
@@ -44,10 +44,10 @@ def _broken(layers: int, device: torch.device):
 
 @pytest.fixture
 def cpu_flow(monkeypatch):
-    monkeypatch.setattr(session, "capture_step", capture_eagerly)
+    monkeypatch.setattr(step_session, "capture_step", capture_eagerly)
     monkeypatch.setattr(seedcheck, "capture_step", capture_eagerly)
-    monkeypatch.setattr(session, "device_us_per_step", counting_clock)
-    monkeypatch.setattr(session, "host_us_per_step", counting_clock)
+    monkeypatch.setattr(step_session, "device_us_per_step", counting_clock)
+    monkeypatch.setattr(step_session, "host_us_per_step", counting_clock)
 
 
 def make_session(specs, tmp_path, batch_sizes=(1, 2), rounds=2, seed=0) -> BenchSession:
@@ -186,14 +186,14 @@ def test_terminal_summary_prints_and_writes_the_files(cpu_flow, tmp_path):
 
 
 def test_round_orders_come_from_the_seed_per_batch_size_and_pass(cpu_flow, tmp_path, monkeypatch):
-    real = session.interleaved
+    real = step_session.interleaved
     draws: list[tuple[int, float]] = []
 
     def spy(steps, *, rng, **kwargs):
         draws.append((len(draws), rng.getstate()[1][:4]))
         return real(steps, rng=rng, **kwargs)
 
-    monkeypatch.setattr(session, "interleaved", spy)
+    monkeypatch.setattr(step_session, "interleaved", spy)
 
     def states(seed: int) -> list:
         draws.clear()

@@ -8,7 +8,7 @@ from collections import Counter
 
 import pytest
 
-from .timing import gc_paused, interleaved, shuffled
+from .step_timing import gc_paused, interleaved, shuffled
 
 NAMES = [f"v{index}" for index in range(11)]
 

@@ -8,9 +8,9 @@ variant once), and the median over rounds drops the rounds a hiccup spoiled.
 Within a round the order is shuffled afresh, from a `random.Random` the caller
 seeds, so that no variant mostly runs right after the same neighbour (whose
 leftovers, a warm cache or a queued launch, would then follow it); the same
-seed gives the same orders, so a run can be repeated as it was.  A cyclic
-rotation, which this replaced, keeps each variant behind the same neighbour
-in all rounds but one in every N.
+seed gives the same orders, so a run can be repeated as it was (a cyclic
+rotation would keep each variant behind the same neighbour in all rounds
+but one in every N).
 
 The orchestration (`interleaved`) takes its clock as an argument and is
 unit-tested with a fake one; the CUDA clocks live beside it.
