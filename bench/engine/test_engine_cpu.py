@@ -859,6 +859,59 @@ def test_the_latest_engine_run_reads_as_the_readmes_say() -> None:
     assert verdicts == dict.fromkeys(expected, "PASSED"), done.stdout[-3000:]
 
 
+SERVING_RUN = "bench/results/engine-nvidia-h200-20261201b"
+"""The run the README quotes for the seed document's serving setup."""
+
+
+def test_the_serving_run_reads_as_the_readme_says() -> None:
+    """SERVING_RUN's records judged again: the default identical to stock, stock
+    reproducible and not degenerate, the one-seed control caught and the serving
+    options in effect, for V1 and V2, eager and FULL_AND_PIECEWISE plain, and
+    FULL_AND_PIECEWISE under seed-serving (MTP K=7, async, prefix caching)."""
+    root = Path(__file__).resolve().parents[2]
+    assert f"{SERVING_RUN}.md" in (root / "README.md").read_text()
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-rA",
+            "-p",
+            "no:cacheprovider",
+            "tests/gpu/vllm/test_engine_identity.py",
+        ],
+        cwd=root,
+        env={**os.environ, "SR_ENGINE_RECORDS": f"{SERVING_RUN}.identity.json"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    verdicts = {
+        line.split()[1].split("::")[1]: line.split()[0]
+        for line in done.stdout.splitlines()
+        if line.startswith(("PASSED ", "FAILED ", "ERROR "))
+    }
+    cells = [
+        f"{runner}-{cell}"
+        for runner in ("v1", "v2")
+        for cell in ("eager", "FULL_AND_PIECEWISE", "FULL_AND_PIECEWISE-seed-serving")
+    ]
+    expected = {
+        f"{test}[{prefix}{cell}]"
+        for cell in cells
+        for test, prefix in (
+            ("test_stock_is_reproducible", ""),
+            ("test_stock_is_not_degenerate", ""),
+            ("test_serving_options_took_effect", ""),
+            ("test_identical_to_stock", "reset-kernel-"),
+            ("test_negative_control_differs", "control-one-seed-"),
+        )
+    }
+    expected |= {"test_engagement_line[v1]", "test_engagement_line[v2]"}
+    assert verdicts == dict.fromkeys(expected, "PASSED"), done.stdout[-3000:]
+
+
 # Tensor parallelism: the harness's per-rank plumbing, with fakes for vLLM.
 
 
