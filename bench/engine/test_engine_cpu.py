@@ -803,6 +803,34 @@ def test_the_fork_script_checks_every_file_the_patch_changes() -> None:
     assert set(listed.group(1).split()) == installed
 
 
+def judged(records: str) -> tuple[dict[str, str], str]:
+    """The identity test run on committed records: each test id's verdict, and the
+    tail of its output."""
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-rA",
+            "-p",
+            "no:cacheprovider",
+            "tests/gpu/vllm/test_engine_identity.py",
+        ],
+        cwd=Path(__file__).resolve().parents[2],
+        env={**os.environ, "SR_ENGINE_RECORDS": records},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    verdicts = {
+        line.split()[1].split("::")[1]: line.split()[0]
+        for line in done.stdout.splitlines()
+        if line.startswith(("PASSED ", "FAILED ", "ERROR "))
+    }
+    return verdicts, done.stdout[-3000:]
+
+
 LATEST_RUN = "bench/results/engine-nvidia-h200x2-20261130e"
 """The engine run the READMEs quote."""
 
@@ -815,28 +843,7 @@ def test_the_latest_engine_run_reads_as_the_readmes_say() -> None:
     root = Path(__file__).resolve().parents[2]
     for readme in ("README.md", "bench/README.md"):
         assert f"{LATEST_RUN}.md" in (root / readme).read_text(), readme
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-q",
-            "-rA",
-            "-p",
-            "no:cacheprovider",
-            "tests/gpu/vllm/test_engine_identity.py",
-        ],
-        cwd=root,
-        env={**os.environ, "SR_ENGINE_RECORDS": f"{LATEST_RUN}.identity.json"},
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    verdicts = {
-        line.split()[1].split("::")[1]: line.split()[0]
-        for line in done.stdout.splitlines()
-        if line.startswith(("PASSED ", "FAILED ", "ERROR "))
-    }
+    verdicts, output = judged(f"{LATEST_RUN}.identity.json")
     cells = [f"{runner}-{mode.value}" for runner in ("v1", "v2") for mode in arms.GraphMode]
     expected = {
         f"{test}[{cell}]"
@@ -856,7 +863,7 @@ def test_the_latest_engine_run_reads_as_the_readmes_say() -> None:
         for cell in cells
     }
     expected |= {"test_engagement_line[v1]", "test_engagement_line[v2]"}
-    assert verdicts == dict.fromkeys(expected, "PASSED"), done.stdout[-3000:]
+    assert verdicts == dict.fromkeys(expected, "PASSED"), output
 
 
 SERVING_RUN = "bench/results/engine-nvidia-h200-20261201b"
@@ -870,28 +877,7 @@ def test_the_serving_run_reads_as_the_readme_says() -> None:
     FULL_AND_PIECEWISE under seed-serving (MTP K=7, async, prefix caching)."""
     root = Path(__file__).resolve().parents[2]
     assert f"{SERVING_RUN}.md" in (root / "README.md").read_text()
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-q",
-            "-rA",
-            "-p",
-            "no:cacheprovider",
-            "tests/gpu/vllm/test_engine_identity.py",
-        ],
-        cwd=root,
-        env={**os.environ, "SR_ENGINE_RECORDS": f"{SERVING_RUN}.identity.json"},
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    verdicts = {
-        line.split()[1].split("::")[1]: line.split()[0]
-        for line in done.stdout.splitlines()
-        if line.startswith(("PASSED ", "FAILED ", "ERROR "))
-    }
+    verdicts, output = judged(f"{SERVING_RUN}.identity.json")
     cells = [
         f"{runner}-{cell}"
         for runner in ("v1", "v2")
@@ -909,7 +895,7 @@ def test_the_serving_run_reads_as_the_readme_says() -> None:
         )
     }
     expected |= {"test_engagement_line[v1]", "test_engagement_line[v2]"}
-    assert verdicts == dict.fromkeys(expected, "PASSED"), done.stdout[-3000:]
+    assert verdicts == dict.fromkeys(expected, "PASSED"), output
 
 
 # Tensor parallelism: the harness's per-rank plumbing, with fakes for vLLM.
