@@ -803,22 +803,17 @@ def test_the_fork_script_checks_every_file_the_patch_changes() -> None:
     assert set(listed.group(1).split()) == installed
 
 
-def judged(records: str) -> tuple[dict[str, str], str]:
-    """The identity test run on committed records: each test id's verdict, and the
-    tail of its output."""
+def judged(records: str | Path, *pytest_args: str) -> tuple[dict[str, str], str]:
+    """The identity test run on a records file (SR_ENGINE_RECORDS), with
+    `pytest_args` (a -k selection): each test id's verdict, and its output."""
     done = subprocess.run(
         [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-q",
-            "-rA",
-            "-p",
-            "no:cacheprovider",
+            *(sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider"),
+            *pytest_args,
             "tests/gpu/vllm/test_engine_identity.py",
         ],
         cwd=Path(__file__).resolve().parents[2],
-        env={**os.environ, "SR_ENGINE_RECORDS": records},
+        env={**os.environ, "SR_ENGINE_RECORDS": str(records)},
         capture_output=True,
         text=True,
         timeout=300,
@@ -828,7 +823,7 @@ def judged(records: str) -> tuple[dict[str, str], str]:
         for line in done.stdout.splitlines()
         if line.startswith(("PASSED ", "FAILED ", "ERROR "))
     }
-    return verdicts, done.stdout[-3000:]
+    return verdicts, done.stdout
 
 
 LATEST_RUN = "bench/results/engine-nvidia-h200x2-20261130e"
@@ -863,7 +858,7 @@ def test_the_latest_engine_run_reads_as_the_readmes_say() -> None:
         for cell in cells
     }
     expected |= {"test_engagement_line[v1]", "test_engagement_line[v2]"}
-    assert verdicts == dict.fromkeys(expected, "PASSED"), output
+    assert verdicts == dict.fromkeys(expected, "PASSED"), output[-3000:]
 
 
 SERVING_RUN = "bench/results/engine-nvidia-h200-20261201b"
@@ -895,7 +890,7 @@ def test_the_serving_run_reads_as_the_readme_says() -> None:
         )
     }
     expected |= {"test_engagement_line[v1]", "test_engagement_line[v2]"}
-    assert verdicts == dict.fromkeys(expected, "PASSED"), output
+    assert verdicts == dict.fromkeys(expected, "PASSED"), output[-3000:]
 
 
 # Tensor parallelism: the harness's per-rank plumbing, with fakes for vLLM.
@@ -1221,42 +1216,20 @@ def test_identity_is_judged_on_every_rank(tmp_path: Path) -> None:
         "control-generator-seed": {0: 0, 1: 0},
     }
     path.write_text(json.dumps(_tp2_records(differ)))
-    root = Path(__file__).resolve().parents[2]
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-q",
-            "-rA",
-            "-p",
-            "no:cacheprovider",
-            "-k",
-            "v1-eager and (identical_to_stock or negative_control or reproducible)",
-            "tests/gpu/vllm/test_engine_identity.py",
-        ],
-        cwd=root,
-        env={**os.environ, "SR_ENGINE_RECORDS": str(path)},
-        capture_output=True,
-        text=True,
-        timeout=300,
+    verdicts, output = judged(
+        path, "-k", "v1-eager and (identical_to_stock or negative_control or reproducible)"
     )
-    verdicts = {
-        line.split()[1].split("::")[1]: line.split()[0]
-        for line in done.stdout.splitlines()
-        if line.startswith(("PASSED ", "FAILED "))
-    }
     failed = {name for name, verdict in verdicts.items() if verdict == "FAILED"}
     assert failed == {
         "test_identical_to_stock[reset-randint-v1-eager]",
         "test_negative_control_differs[control-one-seed-v1-eager]",
-    }, done.stdout[-3000:]
+    }, output[-3000:]
     assert verdicts["test_identical_to_stock[reset-kernel-v1-eager]"] == "PASSED"
     assert verdicts["test_negative_control_differs[control-generator-seed-v1-eager]"] == "PASSED"
     assert verdicts["test_stock_is_reproducible[v1-eager]"] == "PASSED"
-    assert "rank 0: the state does not differ" not in done.stdout  # rank 1's is the one
-    assert "rank 1: the state does not differ" in done.stdout
-    assert "{1: 30}" in done.stdout
+    assert "rank 0: the state does not differ" not in output  # rank 1's is the one
+    assert "rank 1: the state does not differ" in output
+    assert "{1: 30}" in output
 
 
 def test_timing_report_shows_each_rank_and_the_spread(tmp_path: Path) -> None:
@@ -1570,29 +1543,13 @@ def test_the_judge_needs_prefix_cache_hits(
     or vLLM counted no hit; the plain cell (no hits) passes."""
     path = tmp_path / "identity.json"
     path.write_text(json.dumps(_serving_records(cached, {"vllm:prefix_cache_hits": hits})))
-    done = subprocess.run(
-        [
-            *(sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider"),
-            *("-k", "serving_options and v1-FULL_AND_PIECEWISE"),
-            "tests/gpu/vllm/test_engine_identity.py",
-        ],
-        cwd=Path(__file__).resolve().parents[2],
-        env={**os.environ, "SR_ENGINE_RECORDS": str(path)},
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    verdicts = {
-        line.split()[1].split("::")[1]: line.split()[0]
-        for line in done.stdout.splitlines()
-        if line.startswith(("PASSED ", "FAILED "))
-    }
+    verdicts, output = judged(path, "-k", "serving_options and v1-FULL_AND_PIECEWISE")
     assert verdicts == {
         "test_serving_options_took_effect[v1-FULL_AND_PIECEWISE]": "PASSED",
         "test_serving_options_took_effect[v1-FULL_AND_PIECEWISE-prefix]": (
             "FAILED" if fails else "PASSED"
         ),
-    }, done.stdout[-3000:]
+    }, output[-3000:]
 
 
 def test_report_names_each_serving_and_its_evidence() -> None:
