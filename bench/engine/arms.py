@@ -73,7 +73,7 @@ class Arm:
 
 
 ON = {"VLLM_MAMBA_SR_SEED_PREFETCH": "1"}
-STOCK = Arm("stock", Copy.STOCK, what="vLLM 0.26.0 as released")
+STOCK = Arm("stock", Copy.STOCK, what="vLLM as released")
 # Stock again, in a process of its own: for the identity check, the positive
 # control (two stock processes must agree, or no arm can be judged); for the
 # timing, an A/A pair that shows what noise alone "saves".
@@ -206,12 +206,12 @@ class Serving:
     # MTP drafts per verify step (vLLM's speculative_config
     # num_speculative_tokens); 0: no speculative decoding.
     speculative_tokens: int = 0
-    # vLLM 0.26.0 turns async scheduling on by default, MTP included.
+    # vLLM (0.20.0 and 0.26.0 alike) turns async scheduling on by default, MTP included.
     async_scheduling: bool = True
     prefix_caching: bool = False
 
 
-PLAIN = Serving("plain", "vLLM 0.26.0's defaults: async scheduling, no MTP, no prefix caching")
+PLAIN = Serving("plain", "vLLM's defaults: async scheduling, no MTP, no prefix caching")
 SERVINGS: tuple[Serving, ...] = (
     PLAIN,
     Serving("sync", "async scheduling off", async_scheduling=False),
@@ -244,11 +244,12 @@ WORKER_CLS = "bench.engine.rank_worker.RankWorker"
 def engine_kwargs(
     model_dir: str, mode: GraphMode, seed: int = SEED, tp: int = 1, serving: Serving = PLAIN
 ) -> dict:
-    """LLM(...) arguments of every run: vLLM 0.26.0's FlashInfer SSU with fp16
-    state and stochastic rounding (5 Philox rounds), as the seed document
-    serves, with graphs for batch sizes 1-8, over `tp` tensor-parallel ranks
-    (one process per rank, vLLM's multiprocessing executor, where tp > 1),
-    with `serving`'s options (serving_kwargs).
+    """LLM(...) arguments of every run (vLLM 0.20.0 and 0.26.0 take the same):
+    the FlashInfer SSU with fp16 state and stochastic rounding (5 Philox
+    rounds), as the seed document serves, with graphs for batch sizes 1-8,
+    over `tp` tensor-parallel ranks (one process per rank, vLLM's
+    multiprocessing executor, where tp > 1), with `serving`'s options
+    (serving_kwargs).
 
     kv_cache_memory_bytes skips vLLM's memory profiling, so engines on one
     GPU can start side by side, and keeps the state small enough to hash

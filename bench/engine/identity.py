@@ -29,6 +29,7 @@ from .session import (
     identity_arms_from_env,
     modes_from_env,
     servings_from_env,
+    site_vllm_version,
     spawn_all,
     write_json,
 )
@@ -172,6 +173,7 @@ def run(settings: Settings, spawn: Callable[..., dict] = spawn_all) -> dict[str,
     finally:
         close_all(workers)
     meta = {
+        "vllm": site_vllm_version(settings.sites.get("stock")),
         "model": model.model_config(settings.tp),
         "model_source": model.SOURCE,
         "gpus": list(settings.gpus),

@@ -119,9 +119,10 @@ machine's vLLM bundle has no MoE ops)."""
 
 
 def mtp_model_config(tp: int = 1) -> dict[str, Any]:
-    """model_config(tp) with one MTP layer: vLLM 0.26.0 serves a nemotron_h
-    config with num_nextn_predict_layers > 0 and speculative method "mtp" with
-    NemotronHMTPModel as the drafter, built from mtp_hybrid_override_pattern."""
+    """model_config(tp) with one MTP layer: vLLM (0.20.0 and 0.26.0 alike)
+    serves a nemotron_h config with num_nextn_predict_layers > 0 and
+    speculative method "mtp" with NemotronHMTPModel as the drafter, built
+    from mtp_hybrid_override_pattern."""
     return {
         **model_config(tp),
         "num_nextn_predict_layers": 1,

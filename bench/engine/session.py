@@ -8,8 +8,9 @@ the worker pool: one worker per (arm, runner), started side by side.
                                     one process per rank, each rank one TP4 rank's work
                                     (model.model_config)
     SR_ENGINE_RUNNERS v1,v2         the runners the timing measures and the identity
-                                    run judges (default both; one runner fits a
-                                    device call of 10 minutes)
+                                    run judges (default: both, V1 alone on a vLLM
+                                    whose V2 runner refuses hybrid models; one
+                                    runner fits a device call of 10 minutes)
     SR_ENGINE_ARMS   stock,floor,... the arms the timing measures (default all of
                                     arms.TIMING_ARMS; stock is always among them):
                                     fewer arms, fewer engines and samples per call
@@ -34,6 +35,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -89,7 +91,8 @@ class Settings:
             return None
         gpus = tuple(g for g in os.environ.get(GPUS_ENV, "0").split(",") if g)
         out = Path(os.environ.get("OUT", "/tmp/out")) / "engine"
-        return cls(sites, gpus, out, runners_from_env(), timing_arms_from_env(), tp_from_env())
+        runners = runners_from_env(site_vllm_version(sites.get("stock")))
+        return cls(sites, gpus, out, runners, timing_arms_from_env(), tp_from_env())
 
     def gpu(self, runner: Runner) -> str:
         """A runner's engines' GPUs (CUDA_VISIBLE_DEVICES): the GPUs in groups
@@ -103,16 +106,48 @@ class Settings:
         return model.write_model_dir(Path("/tmp/sr-engine-model"), self.tp)
 
 
-def runners_from_env() -> tuple[Runner, ...]:
+V2_RUNS_HYBRID_SINCE = (0, 23, 0)
+"""The first vLLM release whose V2 model runner serves hybrid Mamba models; 0.20.0's to
+0.22.1's refuse them at engine start ("VLLM_USE_V2_MODEL_RUNNER does not yet support:
+hybrid/mamba models")."""
+
+
+def site_vllm_version(site: str | None) -> str | None:
+    """The version of the vLLM pip-installed in the folder `site`, read from its
+    dist-info's name; None where there is no one such folder."""
+    found = list(Path(site).glob("vllm-*.dist-info")) if site else []
+    return found[0].name[len("vllm-") : -len(".dist-info")] if len(found) == 1 else None
+
+
+def runners_of(version: str | None) -> tuple[Runner, ...]:
+    """The runners that serve the engines' model on vLLM `version`: both, but V1
+    alone before V2_RUNS_HYBRID_SINCE; both where the version is not known."""
+    release = re.match(r"(\d+)\.(\d+)\.(\d+)", version or "")
+    if release and tuple(map(int, release.groups())) < V2_RUNS_HYBRID_SINCE:
+        return (Runner.V1,)
+    return tuple(Runner)
+
+
+def runners_from_env(version: str | None = None) -> tuple[Runner, ...]:
+    """The runners SR_ENGINE_RUNNERS names; when unset, those vLLM `version` (the
+    stock copy's) serves the model with (runners_of)."""
+    supported = runners_of(version)
     text = os.environ.get(RUNNERS_ENV, "")
     if not text:
-        return tuple(Runner)
+        return supported
     names = [name for name in text.split(",") if name]
     known = {runner.value: runner for runner in Runner}
     unknown = [name for name in names if name not in known]
     if unknown or not names:
         raise ValueError(f"{RUNNERS_ENV} takes v1, v2 or v1,v2; got {text!r}")
-    return tuple(known[name] for name in names)
+    runners = tuple(known[name] for name in names)
+    if any(runner not in supported for runner in runners):
+        since = ".".join(map(str, V2_RUNS_HYBRID_SINCE))
+        raise ValueError(
+            f"vLLM {version}'s V2 model runner refuses hybrid Mamba models (served from "
+            f"{since} on): set {RUNNERS_ENV}=v1, or leave it unset; got {text!r}"
+        )
+    return runners
 
 
 def _names_from_env(env: str, known: set[str]) -> set[str] | None:
@@ -191,7 +226,7 @@ def profile_batch_sizes_from_env() -> tuple[int, ...]:
 
 
 SKIP_REASON = (
-    f"needs the staged vLLM 0.26.0 copies named in ${SITES_ENV} "
+    f"needs the staged vLLM copies named in ${SITES_ENV} "
     "(tests/gpu/vllm/engine.sh sets it on the GPU machine)"
 )
 

@@ -708,7 +708,10 @@ def test_microbench_predictions_follow_each_arms_variant() -> None:
     assert predicted["flag-off", 1] == 0.0 and ("reset-randint", 1) not in predicted
 
 
-@pytest.mark.parametrize("script", ["engine.sh", "patched_installed.sh"])
+@pytest.mark.parametrize(
+    "script",
+    ["engine.sh", "patched_installed.sh", "bundle-0.20.sh", "stage-0.20.sh", "identity-0.20.sh"],
+)
 def test_gpu_machine_scripts_parse(script: str) -> None:
     path = Path(__file__).resolve().parents[2] / "tests" / "gpu" / "vllm" / script
     subprocess.run(["bash", "-n", str(path)], check=True)
@@ -786,6 +789,51 @@ def test_an_unknown_runner_is_refused(bad: str, monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setenv(session.RUNNERS_ENV, bad)
     with pytest.raises(ValueError, match="SR_ENGINE_RUNNERS takes"):
         session.runners_from_env()
+
+
+@pytest.mark.parametrize(
+    ("version", "runners"),
+    [("0.20.0", (Runner.V1,)), ("0.22.1", (Runner.V1,)), ("0.23.0", tuple(Runner)),
+     ("0.26.0", tuple(Runner)), ("0.33.0", tuple(Runner)), (None, tuple(Runner))],
+)  # fmt: skip
+def test_the_runners_default_to_those_the_vllm_release_serves_the_model_with(
+    version: str | None, runners: tuple[Runner, ...], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """vLLM before 0.23.0 refuses hybrid models under its V2 runner: V1 alone, and
+    naming V2 is refused before any engine starts; later (or unknown) releases run both."""
+    monkeypatch.delenv(session.RUNNERS_ENV, raising=False)
+    assert session.runners_from_env(version) == runners
+    monkeypatch.setenv(session.RUNNERS_ENV, "v1")
+    assert session.runners_from_env(version) == (Runner.V1,)
+    monkeypatch.setenv(session.RUNNERS_ENV, "v1,v2")
+    if Runner.V2 in runners:
+        assert session.runners_from_env(version) == (Runner.V1, Runner.V2)
+    else:
+        with pytest.raises(ValueError, match=f"vLLM {version}'s V2 model runner refuses"):
+            session.runners_from_env(version)
+
+
+def test_the_stock_copy_s_vllm_version_picks_the_runners_and_is_recorded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    site = tmp_path / "site-0.20.0"
+    (site / "vllm-0.20.0.dist-info").mkdir(parents=True)
+    (site / "vllm").mkdir()
+    assert session.site_vllm_version(str(site)) == "0.20.0"
+    assert session.site_vllm_version(str(site / "vllm")) is None
+    assert session.site_vllm_version(None) is None
+    monkeypatch.setenv(client.SITES_ENV, f"stock={site},reset={tmp_path / 'r'}")
+    monkeypatch.delenv(session.RUNNERS_ENV, raising=False)
+    for env in (session.IDENTITY_ARMS_ENV, session.MODES_ENV, identity.RESUME_ENV):
+        monkeypatch.delenv(env, raising=False)
+    settings = session.Settings.from_env()
+    assert settings is not None and settings.runners == (Runner.V1,)
+    settings = session.Settings(settings.sites, ("0",), tmp_path / "out", settings.runners)
+    calls: list[tuple[str, str, dict]] = []
+    data = identity.run(settings, spawn=quick_spawn(calls))
+    assert data["vllm"] == "0.20.0"
+    assert json.loads((tmp_path / "out" / "identity.json").read_text())["vllm"] == "0.20.0"
+    assert calls and all(name.endswith("/v1") for name, _, _ in calls)
 
 
 def test_the_fork_script_checks_every_file_the_patch_changes() -> None:

@@ -69,9 +69,9 @@ TIMING_PROMPT_LENGTH = 32
 # of SHARED_PREFIX_BLOCKS of the engine's blocks (known once it has started),
 # so that the later three find the first's state at a block boundary in the
 # cache: in align mode the last block boundary a prompt's state is cached at
-# is its last full block's, one block earlier under MTP (vLLM 0.26.0's
-# scheduler backs off a block for drafters that take the target's hidden
-# states), so 2.5 blocks leave one cached either way.
+# is its last full block's, one block earlier under MTP (the scheduler of
+# vLLM 0.20.0 and 0.26.0 backs off a block for drafters that take the
+# target's hidden states), so 2.5 blocks leave one cached either way.
 SHARED_PREFIX_REQUESTS = (0, 5, 8, 10)
 SHARED_PREFIX_BLOCKS = 2.5
 # The counters an identity record keeps (Engine.counters).

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# The patched vLLM 0.26.0 engine on the GPU machine: the fork's test, identity to stock,
-# decode step time.  From the repo root, after vLLM 0.26.0 is staged into /tmp/site
-# (../shared/gpu/vllm-0.26/README.md: stage.sh 2, then `source .e2e/s2/stage.sh env`):
+# The patched vLLM engine on the GPU machine: the fork's test, identity to stock, decode
+# step time.  From the repo root, after a vLLM release is staged into a site-packages
+# folder, SR_ENGINE_SITE (default /tmp/site: vLLM 0.26.0, staged as the shared GPU notes
+# say; /tmp/site-0.20.0 for vLLM 0.20.0: tests/gpu/vllm/README.md), with its
+# environment exported:
 #   bash tests/gpu/vllm/engine.sh fork identity timing pack
 # Each step is optional and runs in the order given (with none, the script only makes
 # the patched copies: run it so first when two invocations run side by side, e.g.
 # `fork` in the background beside `identity`):
-#   fork      tests/gpu/vllm/patched_installed.sh on a copy of /tmp/site (apply --installed,
+#   fork      tests/gpu/vllm/patched_installed.sh on a copy of the site (apply --installed,
 #             the fork's test per design, revert byte for byte)
 #   identity  tests/gpu/vllm/test_engine_identity.py (every arm x runner x graph mode x
 #             serving configuration of SR_ENGINE_SERVING: plain when unset)
@@ -19,11 +21,11 @@
 #             call brings back only a few files, none deep); run it last, also after a
 #             step cut off by `timeout`
 # An identity run cut off by a time limit goes on where it stopped when run again on the
-# same machine with the same code (its records are kept in /tmp/sr-engine, under a stamp
-# of vllm_patch/, runner_hooks/ and bench/engine/).
-# The patched copies (/tmp/site-reset, /tmp/site-forward-context) are hard-linked copies
-# of /tmp/site (the patch replaces files, it never writes through a link), made again
-# when that stamp changes.
+# same machine with the same code and vLLM (its records are kept in /tmp/sr-engine, under
+# a stamp of vllm_patch/, runner_hooks/, bench/engine/ and the site's vLLM version).
+# The patched copies ($SR_ENGINE_SITE-reset, $SR_ENGINE_SITE-forward-context) are
+# hard-linked copies of the site (the patch replaces files, it never writes through a
+# link), made again when that stamp changes.
 # With two GPUs, V1 engines run on the first and V2 engines on the second.  With
 # SR_ENGINE_TP=N (1, 2, 4, 8; default 1) every engine runs over N GPUs, one process per
 # rank: V1 on the first N, V2 on the next N where there are 2N, else on the same N.
@@ -31,21 +33,24 @@
 set -uo pipefail
 out=${OUT:-/tmp/out}
 mkdir -p "$out/engine"
-stamp=$(find vllm_patch runner_hooks bench/engine -type f ! -path '*__pycache__*' | sort \
-  | xargs cat | sha256sum | cut -c1-12)
+site=${SR_ENGINE_SITE:-/tmp/site}
+dist=$(cd "$site" 2>/dev/null && ls -d vllm-*.dist-info 2>/dev/null)
+[ -n "$dist" ] || { echo "no vLLM installed in $site (SR_ENGINE_SITE): stage one first"; exit 1; }
+stamp=$( (find vllm_patch runner_hooks bench/engine -type f ! -path '*__pycache__*' | sort \
+  | xargs cat; echo "$dist") | sha256sum | cut -c1-12)
 export OUT=$out TORCH_EXTENSIONS_DIR=/tmp/torch_ext
 tp=${SR_ENGINE_TP:-1}
 # Records of TP 1 keep the name they had before TP was a setting; a preset SR_ENGINE_RESUME
 # (a second identity run beside the first, with its own OUT) is kept.
 export SR_ENGINE_RESUME=${SR_ENGINE_RESUME:-/tmp/sr-engine/identity-$stamp$([ "$tp" = 1 ] || echo "-tp$tp").json}
-export SR_ENGINE_SITES="stock=/tmp/site,reset=/tmp/site-reset,forward-context=/tmp/site-forward-context"
+export SR_ENGINE_SITES="stock=$site,reset=$site-reset,forward-context=$site-forward-context"
 export SR_ENGINE_GPUS=${SR_ENGINE_GPUS:-$(nvidia-smi --query-gpu=index --format=csv,noheader \
   | head -n $((2 * tp)) | paste -sd, -)}
 status=0
 for design in reset forward-context; do
-  copy=/tmp/site-$design
+  copy=$site-$design
   if [ "$(cat "$copy.patched" 2>/dev/null)" != "$stamp" ]; then
-    rm -rf "$copy" "$copy.patched" && cp -al /tmp/site "$copy" \
+    rm -rf "$copy" "$copy.patched" && cp -al "$site" "$copy" \
       && python3 -m vllm_patch apply "$copy" --design "$design" \
       && echo "$stamp" > "$copy.patched" || { echo "could not patch $copy"; exit 1; }
   fi
@@ -55,8 +60,8 @@ for step in "$@"; do
   echo "=== $step $(date -u +%T)"
   case $step in
     fork)
-      rm -rf /tmp/site-fork && cp -al /tmp/site /tmp/site-fork
-      PYTHONPATH=$PWD:/tmp/site-fork bash tests/gpu/vllm/patched_installed.sh || status=1 ;;
+      rm -rf "$site-fork" && cp -al "$site" "$site-fork"
+      PYTHONPATH=$PWD:$site-fork bash tests/gpu/vllm/patched_installed.sh || status=1 ;;
     identity)
       python3 -m pytest tests/gpu/vllm/test_engine_identity.py -v -p no:cacheprovider \
         2>&1 | tee "$out/engine/identity-pytest.log"

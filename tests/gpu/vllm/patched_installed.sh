@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# On the H200 machine, after vLLM 0.26.0 is staged into /tmp/site (pip install --target;
-# ../shared/gpu/vllm-0.26/README.md), from the repo root, with `stage.sh env` sourced:
+# On the H200 machine, with a pip-installed vLLM (staged as tests/gpu/vllm/README.md says)
+# on PYTHONPATH, from the repo root (tests/gpu/vllm/engine.sh fork runs it on a copy):
 #   bash tests/gpu/vllm/patched_installed.sh
 # For each design: `sr-prefetch apply --installed` patches that pip-installed vLLM, the
 # fork's test (as the patch adds it to a source tree) runs against it on the GPU, and
@@ -9,13 +9,14 @@
 set -uo pipefail
 out=${OUT:-/tmp/out}
 mkdir -p "$out"
-log="$out/patched-vllm-0.26.0-nvidia-h200.log"
 files=(vllm/envs.py vllm/model_executor/layers/mamba/ops/ssu_dispatch.py
        vllm/model_executor/layers/mamba/ops/mamba_ssm.py
        vllm/model_executor/layers/mamba/mamba_mixer2.py
        vllm/v1/worker/gpu_model_runner.py vllm/v1/worker/gpu/model_runner.py
        vllm/v1/worker/gpu/cudagraph_utils.py)
 site=$(python3 -c "import importlib.util as u, pathlib as p; print(p.Path(u.find_spec('vllm').origin).parent.parent)")
+version=$(python3 -c "import importlib.metadata as m; print(m.version('vllm'))")
+log="$out/patched-vllm-$version-nvidia-h200.log"
 hashes() { (cd "$site" && sha256sum "${files[@]}"); }
 status=0
 {

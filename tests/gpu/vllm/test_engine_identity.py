@@ -1,4 +1,5 @@
-"""The patched vLLM 0.26.0 engine against stock, value by value, on a GPU.
+"""The patched vLLM engine against stock, value by value, on a GPU (vLLM 0.26.0;
+0.20.0 on V1 alone, its V2 runner refusing hybrid models).
 
 For every arm (bench/engine/arms.py: stock again in another process, patched
 with the flag off, the reset design with each drawer and the kernel drawer on a
