@@ -30,7 +30,12 @@ def test_ci_runs_the_readme_test_command() -> None:
 
 
 # Markdown whose prose cites repository files: a cited file that is gone is a bug.
-CITING = ("README.md", "bench/README.md", "bench/results/engine-nvidia-h200x2-20261130.md")
+CITING = (
+    "README.md",
+    "bench/README.md",
+    "bench/results/engine-nvidia-h200x2-20261130.md",
+    "tests/gpu/vllm/README.md",
+)
 # A path after "<commit>:" is in the history, not the tree.
 _CITED = re.compile(r"(?<![\w./:-])((?:bench|tests|vllm_patch|runner_hooks)/[\w./-]*\w)")
 

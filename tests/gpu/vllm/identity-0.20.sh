@@ -19,6 +19,7 @@ if [ "${1:-}" != resume ]; then
 fi
 source tests/gpu/vllm/stage-0.20.sh env
 out=${OUT:-/tmp/out}
+mkdir -p "$out"
 T=${T:-450}
 ARMS=${ARMS:-reset-kernel,forward-context,control-one-seed}
 echo "start $(date -u +%T)"
