@@ -157,3 +157,15 @@ def test_the_flashinfer_wheel_keeps_its_mamba_sources(tmp_path: Path) -> None:
     out = bundle.trim_flashinfer(str(wheel), str(tmp_path / "out"))
     dropped = {"flashinfer/data/csrc/sampling.cu", "flashinfer/data/cutlass/examples/a.cu"}
     assert sorted(zipfile.ZipFile(out).namelist()) == sorted(set(names) - dropped)
+
+
+def test_the_bundle_pins_what_the_patch_knows_of_vllm_0_20_0() -> None:
+    """bundle-0.20.sh checks the wheel's pins against these; they must be the
+    release table's (vllm_patch/releases.py), read from the same wheel."""
+    from vllm_patch import releases
+
+    release = releases.get("0.20.0")
+    script = Path(__file__).with_name("bundle-0.20.sh").read_text()
+    assert f'"torch=={release.torch}"' in script
+    assert f'"flashinfer-python=={release.flashinfer}"' in script
+    assert f"flashinfer-python=={release.flashinfer}\n" in script
