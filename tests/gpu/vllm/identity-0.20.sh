@@ -10,8 +10,9 @@
 #   fork      the fork's test per design on a copy of the site (first call only)
 #   identity  stock, stock-again, the default (reset-kernel), the forward-context design
 #             and the one-seed control ($ARMS), eager and FULL_AND_PIECEWISE
-#   serving   the same arms but forward-context, FULL_AND_PIECEWISE, in $SERVINGS
-#             (default seed-serving: MTP K=7 + async scheduling + prefix caching, align)
+#   serving   stock, stock-again, the default and the one-seed control, FULL_AND_PIECEWISE,
+#             in $SERVINGS (default seed-serving: MTP K=7 + async scheduling + prefix
+#             caching in align mode)
 # Everything under $OUT ends in $OUT/all.tar.xz.
 set -u
 if [ "${1:-}" != resume ]; then
@@ -25,7 +26,7 @@ ARMS=${ARMS:-reset-kernel,forward-context,control-one-seed}
 echo "start $(date -u +%T)"
 bash tests/gpu/vllm/engine.sh > "$out/prep.log" 2>&1 || { tail -20 "$out/prep.log"; exit 1; }
 if [ "${1:-}" != resume ]; then
-  (OUT=$out/fork bash tests/gpu/vllm/engine.sh fork > "$out/fork.log" 2>&1) &
+  (OUT=$out/fork timeout "$T" bash tests/gpu/vllm/engine.sh fork > "$out/fork.log" 2>&1) &
 fi
 (OUT=$out/serving SR_ENGINE_RESUME=/tmp/sr-engine/serving-0.20.0.json \
   SR_ENGINE_SERVING=${SERVINGS:-seed-serving} SR_ENGINE_MODES=FULL_AND_PIECEWISE \
