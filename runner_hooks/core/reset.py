@@ -9,7 +9,7 @@ import functools
 import torch
 
 from .hooks import ForwardInfo
-from .prefetch import NO_CUDA, SeedBatch, SeedDrawer, SeedPrefetch, cuda_device
+from .prefetch import SeedBatch, SeedDrawer, SeedPrefetch, SeedPrefetcher
 
 
 @functools.cache
@@ -23,7 +23,7 @@ def kernel_drawer() -> SeedDrawer | str:
         return f"the seed kernel is unavailable: {reason}"
 
 
-class SRSeedPrefetcher:
+class SRSeedPrefetcher(SeedPrefetcher):
     """A forward hook that draws each forward's N seeds as it begins.
 
     The k-th `next_seed()` of a forward returns seed k; a FULL graph draws at
@@ -34,11 +34,7 @@ class SRSeedPrefetcher:
     """
 
     def __init__(self, num_ssu_calls: int, device: torch.device | str) -> None:
-        cuda = cuda_device(device, num_ssu_calls)
-        made = NO_CUDA if cuda is None else self._seed_prefetch(num_ssu_calls, cuda)
-        self.prefetch = None if isinstance(made, str) else made
-        """The drawing machinery, or None while inactive."""
-        self.inactive_reason = made if isinstance(made, str) else None
+        super().__init__(num_ssu_calls, device)
         self._batch: SeedBatch | None = None
         self._draw_at_first_seed = False
 
