@@ -19,20 +19,16 @@ def _mamba2_layer_names(kv_cache_config: KVCacheConfig) -> list[str]:
 
 
 def _sr_seed_prefetch_blocker(
-    mamba_config: MambaConfig,
-    kv_cache_config: KVCacheConfig,
+    mamba_config: MambaConfig, kv_cache_config: KVCacheConfig
 ) -> str | None:
-    """Why VLLM_MAMBA_SR_SEED_PREFETCH cannot apply here, or None if it can."""
-    if not envs.VLLM_MAMBA_SR_SEED_PREFETCH:
-        return "VLLM_MAMBA_SR_SEED_PREFETCH is not set"
+    """Why VLLM_MAMBA_SR_SEED_PREFETCH, set, cannot apply here; None if it can."""
     if not mamba_config.enable_stochastic_rounding:
         return "stochastic rounding is off"
     if envs.VLLM_MOE_ROUTING_SIMULATION_STRATEGY:
         # It draws from the CUDA generator between Mamba layers.
         return "VLLM_MOE_ROUTING_SIMULATION_STRATEGY is set"
     if mamba_config.backend not in (
-        MambaBackendEnum.FLASHINFER,
-        MambaBackendEnum.TRITON,
+        MambaBackendEnum.FLASHINFER, MambaBackendEnum.TRITON
     ):
         return f"the Mamba SSU backend is {mamba_config.backend.value}"
     from vllm.platforms import current_platform
