@@ -16,8 +16,6 @@ Race-free with CUDA stream order and events only:
 - Capture: a captured forward draws into a buffer of the graph's pool.
 """
 
-from __future__ import annotations
-
 import logging
 from dataclasses import dataclass
 from typing import Protocol
@@ -59,22 +57,6 @@ def cuda_device(device: torch.device | str, num_seeds: int) -> torch.device | No
     if device.index is None:
         device = torch.device("cuda", torch.accelerator.current_device_index())
     return device
-
-
-class SeedPrefetcher:
-    """A prefetcher's machinery, `prefetch`, or None and why (`inactive_reason`)."""
-
-    def __init__(self, num_ssu_calls: int, device: torch.device | str) -> None:
-        cuda = cuda_device(device, num_ssu_calls)
-        made = NO_CUDA if cuda is None else self._seed_prefetch(num_ssu_calls, cuda)
-        self.prefetch = None if isinstance(made, str) else made
-        self.inactive_reason = made if isinstance(made, str) else None
-
-    def _seed_prefetch(
-        self, num_ssu_calls: int, device: torch.device
-    ) -> SeedPrefetch | str:
-        """The machinery for `num_ssu_calls` seeds on `device`, or why none."""
-        raise NotImplementedError
 
 
 @dataclass(frozen=True, eq=False)
@@ -194,3 +176,19 @@ class SeedPrefetch:
                 batch.consumed,
                 self.num_seeds,
             )
+
+
+class SeedPrefetcher:
+    """A prefetcher's machinery, `prefetch`, or None and why (`inactive_reason`)."""
+
+    def __init__(self, num_ssu_calls: int, device: torch.device | str) -> None:
+        cuda = cuda_device(device, num_ssu_calls)
+        made = NO_CUDA if cuda is None else self._seed_prefetch(num_ssu_calls, cuda)
+        self.prefetch = None if isinstance(made, str) else made
+        self.inactive_reason = made if isinstance(made, str) else None
+
+    def _seed_prefetch(
+        self, num_ssu_calls: int, device: torch.device
+    ) -> SeedPrefetch | str:
+        """The machinery for `num_ssu_calls` seeds on `device`, or why none."""
+        raise NotImplementedError

@@ -2,8 +2,6 @@
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM project
 """The seed prefetcher of a model runner's forward hooks."""
 
-from __future__ import annotations
-
 import functools
 
 import torch
@@ -24,14 +22,11 @@ def kernel_drawer() -> SeedDrawer | str:
 
 
 class SRSeedPrefetcher(SeedPrefetcher):
-    """A forward hook that draws each forward's N seeds as it begins.
-
-    The k-th `next_seed()` of a forward returns seed k; a FULL graph draws at
-    its first one, inside the capture. None (the caller draws inline, as
-    stock) outside a forward, for forwards that do not run the SSU or are
-    micro-batched, beyond N calls, while inactive (`inactive_reason`), and
-    under capture for seeds not drawn in it.
-    """
+    """A forward hook: the k-th `next_seed()` of a forward returns seed k, drawn
+    as the forward begins (a FULL graph: at its first call, inside the capture).
+    None (the caller draws inline, as stock) outside a forward, for forwards that
+    do not run the SSU or are micro-batched, beyond N calls, while inactive, and
+    under capture for seeds not drawn in it."""
 
     def __init__(self, num_ssu_calls: int, device: torch.device | str) -> None:
         super().__init__(num_ssu_calls, device)

@@ -1,12 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM project
-"""N stock-identical seeds from one kernel launch (csrc/stock_seeds.cu).
-
-The op is compiled on first use with `torch.utils.cpp_extension` into torch's
-extension cache.
-"""
-
-from __future__ import annotations
+"""N stock-identical seeds from one kernel launch (csrc/stock_seeds.cu),
+compiled on first use with `torch.utils.cpp_extension`."""
 
 import hashlib
 import threading
@@ -29,10 +24,8 @@ class SeedKernelUnavailable(RuntimeError):
 
 
 def build_library(capabilities: Sequence[tuple[int, int]]) -> Path:
-    """Builds the op for `capabilities` unless cached, loads it, returns its path.
-
-    Needs nvcc, a C++ compiler and ninja, not a device.
-    """
+    """Builds the op for `capabilities` unless cached (with nvcc, a C++ compiler
+    and ninja; no device needed), loads it, returns its path."""
     if torch.version.cuda is None:
         raise SeedKernelUnavailable(
             f"torch {torch.__version__} was built without CUDA; "
