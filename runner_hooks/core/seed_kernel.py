@@ -3,8 +3,8 @@
 """N stock-identical seeds from one kernel launch (csrc/stock_seeds.cu),
 compiled on first use with `torch.utils.cpp_extension`."""
 
+import functools
 import hashlib
-import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -14,9 +14,6 @@ from torch.utils import cpp_extension
 SOURCE = Path(__file__).with_name("csrc") / "stock_seeds.cu"
 OP_NAMESPACE = "runner_hooks"
 """The op's torch.ops namespace, given to the source as SR_SEED_OP_NAMESPACE."""
-
-_lock = threading.Lock()
-_op: Callable[[torch.Tensor], None] | None = None
 
 
 class SeedKernelUnavailable(RuntimeError):
@@ -64,24 +61,21 @@ def build_library(capabilities: Sequence[tuple[int, int]]) -> Path:
     return Path(library)
 
 
+@functools.cache
 def stock_seeds_op() -> Callable[[torch.Tensor], None]:
-    """The op, built and loaded once per process (thread-safe)."""
-    global _op
+    """The op, built and loaded once per process."""
     if not torch.cuda.is_available():
         raise SeedKernelUnavailable(
             f"no CUDA device is available (torch {torch.__version__}, "
             f"CUDA {torch.version.cuda})"
         )
-    with _lock:
-        if _op is None:
-            build_library(
-                [
-                    torch.cuda.get_device_capability(index)
-                    for index in range(torch.accelerator.device_count())
-                ]
-            )
-            _op = getattr(torch.ops, OP_NAMESPACE).stock_seeds.default
-        return _op
+    build_library(
+        [
+            torch.cuda.get_device_capability(index)
+            for index in range(torch.accelerator.device_count())
+        ]
+    )
+    return getattr(torch.ops, OP_NAMESPACE).stock_seeds.default
 
 
 class KernelDrawer:

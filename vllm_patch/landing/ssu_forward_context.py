@@ -9,7 +9,7 @@ def _attach_sr_seed_prefetcher(
     none. Runs for each KV cache config (memory profiling, then the real one),
     so it replaces whatever the previous run attached."""
     global _sr_seed_prefetcher
-    mamba2_layers = _mamba2_layer_names(kv_cache_config)
+    mamba2_layers = _mamba_layer_names(kv_cache_config, MAMBA2_TYPE)
     _sr_seed_prefetcher = None
     if not envs.VLLM_MAMBA_SR_SEED_PREFETCH:
         return

@@ -8,7 +8,7 @@ def _attach_sr_seed_prefetcher(
     """Attaches a seed prefetcher where it applies, replacing the previous
     one: this runs for each KV cache config (profiling, then the real one)."""
     global _sr_seed_prefetcher, _mamba2_probe_layer
-    mamba2_layers = _mamba2_layer_names(kv_cache_config)
+    mamba2_layers = _mamba_layer_names(kv_cache_config, MAMBA2_TYPE)
     _mamba2_probe_layer = mamba2_layers[0] if mamba2_layers else None
     _sr_seed_prefetcher = None
     if not envs.VLLM_MAMBA_SR_SEED_PREFETCH:
