@@ -28,10 +28,8 @@ class SRSeedPrefetcher(SeedPrefetcher):
     do not run the SSU or are micro-batched, beyond N calls, while inactive, and
     under capture for seeds not drawn in it."""
 
-    def __init__(self, num_ssu_calls: int, device: torch.device | str) -> None:
-        super().__init__(num_ssu_calls, device)
-        self._batch: SeedBatch | None = None
-        self._draw_at_first_seed = False
+    _batch: SeedBatch | None = None
+    _draw_at_first_seed = False
 
     def _seed_prefetch(
         self, num_ssu_calls: int, device: torch.device

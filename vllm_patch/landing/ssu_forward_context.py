@@ -9,7 +9,7 @@ def _attach_sr_seed_prefetcher(
     none. Runs for each KV cache config (memory profiling, then the real one),
     so it replaces whatever the previous run attached."""
     global _sr_seed_prefetcher
-    mamba2_layers = _mamba_layer_names(kv_cache_config, MAMBA2_TYPE)
+    layers = _mamba_layer_names(kv_cache_config, MAMBA2_TYPE)
     _sr_seed_prefetcher = None
     if not envs.VLLM_MAMBA_SR_SEED_PREFETCH:
         return
@@ -17,7 +17,7 @@ def _attach_sr_seed_prefetcher(
     if blocker is not None:
         logger.info_once("VLLM_MAMBA_SR_SEED_PREFETCH is set but unused: %s.", blocker)
         return
-    num_layers = len(mamba2_layers)
+    num_layers = len(layers)
     _sr_seed_prefetcher = ForwardContextSeedPrefetcher(
         num_layers,
         "cuda",

@@ -28,7 +28,8 @@ def _sr_seed_prefetch_blocker(
         # It draws from the CUDA generator between Mamba layers.
         return "VLLM_MOE_ROUTING_SIMULATION_STRATEGY is set"
     if mamba_config.backend not in (
-        MambaBackendEnum.FLASHINFER, MambaBackendEnum.TRITON
+        MambaBackendEnum.FLASHINFER,
+        MambaBackendEnum.TRITON,
     ):
         return f"the Mamba SSU backend is {mamba_config.backend.value}"
     from vllm.platforms import current_platform

@@ -8,8 +8,8 @@ def _attach_sr_seed_prefetcher(
     """Attaches a seed prefetcher where it applies, replacing the previous
     one: this runs for each KV cache config (profiling, then the real one)."""
     global _sr_seed_prefetcher, _mamba2_probe_layer
-    mamba2_layers = _mamba_layer_names(kv_cache_config, MAMBA2_TYPE)
-    _mamba2_probe_layer = mamba2_layers[0] if mamba2_layers else None
+    layers = _mamba_layer_names(kv_cache_config, MAMBA2_TYPE)
+    _mamba2_probe_layer = layers[0] if layers else None
     _sr_seed_prefetcher = None
     if not envs.VLLM_MAMBA_SR_SEED_PREFETCH:
         return
@@ -17,12 +17,12 @@ def _attach_sr_seed_prefetcher(
     if blocker is not None:
         logger.info_once("VLLM_MAMBA_SR_SEED_PREFETCH is set but unused: %s.", blocker)
         return
-    _sr_seed_prefetcher = SRSeedPrefetcher(len(mamba2_layers), "cuda")
+    _sr_seed_prefetcher = SRSeedPrefetcher(len(layers), "cuda")
     inactive = _sr_seed_prefetcher.inactive_reason
     (logger.info_once if inactive is None else logger.warning_once)(
         "Prefetching Mamba stochastic-rounding seeds for %d layers per forward "
         "(explicit-reset design, %s %s%s).",
-        len(mamba2_layers),
+        len(layers),
         mamba_config.backend.value,
         "ReplaySSM" if replayssm else "SSU",
         "" if inactive is None else f", inactive: {inactive}",
