@@ -4,7 +4,7 @@ With VLLM_MAMBA_SR_SEED_PREFETCH unset, the patched model runner registers no
 hook, and its forward site passes None instead of a ForwardInfo:
 
     with set_forward_context(...), self.forward_hooks.forward(
-        ForwardInfo(...) if self.forward_hooks.active else None
+        sr_seed_prefetch.ForwardInfo(...) if self.forward_hooks.active else None
     ):
 
 This measures that `with` against stock's, which opens set_forward_context
@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from runner_hooks import ForwardHooks, ForwardInfo
+from runner_hooks import core as sr_seed_prefetch  # named as the patched runners name it
 
 from . import stats
 
@@ -82,7 +83,7 @@ def flag_off(runner: Runner, attn_metadata: object) -> None:
     with (
         set_forward_context_stand_in(),
         runner.forward_hooks.forward(
-            ForwardInfo(
+            sr_seed_prefetch.ForwardInfo(
                 runs_ssu=runs_ssu(attn_metadata),
                 micro_batched=False,
                 full_cudagraph=False,
@@ -98,7 +99,7 @@ def relay_always(runner: Runner, attn_metadata: object) -> None:
     with (
         set_forward_context_stand_in(),
         runner.forward_hooks.forward(
-            ForwardInfo(
+            sr_seed_prefetch.ForwardInfo(
                 runs_ssu=runs_ssu(attn_metadata),
                 micro_batched=False,
                 full_cudagraph=False,
@@ -118,7 +119,7 @@ def expression_only(runner: Runner, attn_metadata: object) -> None:
     """flag-off's parts: its expression evaluated (the `active` read and the
     forward(None) call), not entered."""
     runner.forward_hooks.forward(
-        ForwardInfo(
+        sr_seed_prefetch.ForwardInfo(
             runs_ssu=runs_ssu(attn_metadata),
             micro_batched=False,
             full_cudagraph=False,

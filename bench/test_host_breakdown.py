@@ -16,7 +16,6 @@ import torch
 
 from runner_hooks import ForwardHooks, SRSeedPrefetcher, variants
 from runner_hooks.core import prefetch as prefetch_module
-from runner_hooks.core import reset as reset_module
 
 from . import host_breakdown
 from .cpu_fakes import LayoutCheckingSsu, counting_clock
@@ -64,7 +63,7 @@ def cpu_breakdown(monkeypatch):
         )
 
     monkeypatch.setattr(variants, "_seed_prefetch", cpu_seed_prefetch)
-    monkeypatch.setattr(reset_module, "cuda_device", lambda device, n: torch.device("cpu"))
+    monkeypatch.setattr(prefetch_module, "cuda_device", lambda device, n: torch.device("cpu"))
     monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
     monkeypatch.setattr(prefetch_module, "_current_stream_handle", lambda index: 0)
     monkeypatch.setattr(prefetch_module, "_is_capturing", lambda: False)

@@ -71,7 +71,21 @@ def plan_of(prefetch: SeedPrefetch) -> SyncPlan:
     return resolve_sync_plan("current_stream")
 
 
-class SRSeedPrefetcher(reset.SRSeedPrefetcher):
+class _ByName:
+    """Builds the machinery from the drawer and plan a variant was given."""
+
+    _make_drawer: Callable[[], SeedDrawer | str]
+    _sync_plan: SyncPlan | None
+
+    def _seed_prefetch(
+        self, num_ssu_calls: int, device: torch.device
+    ) -> SeedPrefetch | str:
+        return _seed_prefetch(
+            self, num_ssu_calls, device, self._sync_plan, self._make_drawer
+        )
+
+
+class SRSeedPrefetcher(_ByName, reset.SRSeedPrefetcher):
     """The reset design's prefetcher with a drawer and a sync plan by name.
 
     drawer: "auto" (the kernel where it builds, else inactive), "kernel",
@@ -88,18 +102,11 @@ class SRSeedPrefetcher(reset.SRSeedPrefetcher):
         drawer: str | SeedDrawer = "auto",
     ) -> None:
         self._make_drawer = drawer_factory(drawer)
-        self._plan = None if sync_plan is None else resolve_sync_plan(sync_plan)
+        self._sync_plan = None if sync_plan is None else resolve_sync_plan(sync_plan)
         super().__init__(num_ssu_calls, device)
 
-    def _seed_prefetch(
-        self, num_ssu_calls: int, device: torch.device
-    ) -> SeedPrefetch | str:
-        return _seed_prefetch(
-            self, num_ssu_calls, device, self._plan, self._make_drawer
-        )
 
-
-class ForwardContextSeedPrefetcher(baseline.ForwardContextSeedPrefetcher):
+class ForwardContextSeedPrefetcher(_ByName, baseline.ForwardContextSeedPrefetcher):
     """The forward-context design's prefetcher with a drawer and a plan by name."""
 
     def __init__(
@@ -113,22 +120,10 @@ class ForwardContextSeedPrefetcher(baseline.ForwardContextSeedPrefetcher):
         drawer: str | SeedDrawer = "randint",
     ) -> None:
         self._make_drawer = drawer_factory(drawer)
+        self._sync_plan = resolve_sync_plan(sync_plan)
         super().__init__(
-            num_ssu_calls,
-            device,
-            current_forward,
-            is_micro_batched=is_micro_batched,
-            sync_plan=resolve_sync_plan(sync_plan),
+            num_ssu_calls, device, current_forward, is_micro_batched=is_micro_batched
         )
-
-    def _seed_prefetch(
-        self,
-        num_ssu_calls: int,
-        device: torch.device,
-        sync_plan: SyncPlan,
-        drawer: Callable[[], SeedDrawer],
-    ) -> SeedPrefetch | str:
-        return _seed_prefetch(self, num_ssu_calls, device, sync_plan, self._make_drawer)
 
 
 class ForwardHooks(hooks.ForwardHooks):

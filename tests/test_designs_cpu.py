@@ -22,7 +22,6 @@ from runner_hooks import (
     SRSeedPrefetcher,
     variants,
 )
-from runner_hooks.baseline import prefetcher as baseline_module
 from runner_hooks.core import prefetch as prefetch_module
 from runner_hooks.core import reset as reset_module
 
@@ -63,8 +62,7 @@ class FakePrefetch:
 def fake(monkeypatch: pytest.MonkeyPatch) -> FakePrefetch:
     prefetch = FakePrefetch()
     monkeypatch.setattr(variants, "_seed_prefetch", lambda *args: prefetch)
-    for module in (reset_module, baseline_module):
-        monkeypatch.setattr(module, "cuda_device", lambda device, n: torch.device("cuda", 0))
+    monkeypatch.setattr(prefetch_module, "cuda_device", lambda device, n: torch.device("cuda", 0))
     return prefetch
 
 

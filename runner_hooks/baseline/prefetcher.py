@@ -9,8 +9,8 @@ from collections.abc import Callable
 
 import torch
 
-from ..core.prefetch import NO_CUDA, SeedBatch, SeedDrawer, SeedPrefetch, cuda_device
-from .side_stream import PER_SEED, SideStreamSeedPrefetch, SyncPlan
+from ..core.prefetch import SeedBatch, SeedPrefetch, SeedPrefetcher
+from .side_stream import PER_SEED, SideStreamSeedPrefetch
 
 
 class RandintDrawer:
@@ -24,7 +24,7 @@ class RandintDrawer:
             seed.random_(0, 2**32)
 
 
-class ForwardContextSeedPrefetcher:
+class ForwardContextSeedPrefetcher(SeedPrefetcher):
     """Draws a forward's N seeds at its first `next_seed()` under a new context.
 
     A forward is the object `current_forward()` returns, held by weakref so a
@@ -43,32 +43,19 @@ class ForwardContextSeedPrefetcher:
         current_forward: Callable[[], object | None],
         *,
         is_micro_batched: Callable[[object], bool] = lambda forward: False,
-        sync_plan: SyncPlan = PER_SEED,
-        drawer: Callable[[], SeedDrawer] = RandintDrawer,
     ) -> None:
-        cuda = cuda_device(device, num_ssu_calls)
-        made = (
-            NO_CUDA
-            if cuda is None
-            else self._seed_prefetch(num_ssu_calls, cuda, sync_plan, drawer)
-        )
-        self.prefetch = None if isinstance(made, str) else made
-        """The drawing machinery, or None while inactive."""
-        self.inactive_reason = made if isinstance(made, str) else None
+        super().__init__(num_ssu_calls, device)
         self._current_forward = current_forward
         self._is_micro_batched = is_micro_batched
         self._forward: weakref.ref[object] | None = None
         self._batch: SeedBatch | None = None
 
     def _seed_prefetch(
-        self,
-        num_ssu_calls: int,
-        device: torch.device,
-        sync_plan: SyncPlan,
-        drawer: Callable[[], SeedDrawer],
+        self, num_ssu_calls: int, device: torch.device
     ) -> SeedPrefetch | str:
         owner = type(self).__name__
-        return SideStreamSeedPrefetch(owner, num_ssu_calls, device, drawer(), sync_plan)
+        drawer = RandintDrawer()
+        return SideStreamSeedPrefetch(owner, num_ssu_calls, device, drawer, PER_SEED)
 
     def next_seed(self) -> torch.Tensor | None:
         if self.prefetch is None:

@@ -2,8 +2,6 @@
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM project
 """Per-forward hooks: a model runner tells them where each forward begins and ends."""
 
-from __future__ import annotations
-
 import logging
 from collections import OrderedDict
 from collections.abc import Iterator
@@ -18,13 +16,9 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class ForwardInfo:
-    """What hooks are told about the forward about to run.
-
-    runs_ssu: the batch has decode tokens, so each Mamba-2 layer calls the SSU
-        once (false for prefill-only batches and the profile run).
-    micro_batched: the forward is split into micro-batches (DBO).
-    full_cudagraph: the forward is a FULL CUDA graph capture or replay.
-    """
+    """The forward about to run: `runs_ssu` (its batch has decode tokens, so
+    each Mamba-2 layer calls the SSU once), `micro_batched` (split for DBO),
+    `full_cudagraph` (a FULL CUDA graph capture or replay)."""
 
     runs_ssu: bool
     micro_batched: bool = False
@@ -43,7 +37,6 @@ class NestedForwardError(RuntimeError):
 class ForwardHooks:
     """The hooks of one model runner; forwards do not nest."""
 
-    # What forward(None) returns: a shared context that does nothing.
     UNHOOKED: ClassVar[AbstractContextManager[None]] = nullcontext()
 
     def __init__(self) -> None:
@@ -74,11 +67,9 @@ class ForwardHooks:
 
     @contextmanager
     def _forward(self, info: ForwardInfo) -> Iterator[None]:
-        """Begins the hooks in order, ends those begun in reverse, also on errors.
-
-        The body's exception propagates as itself, and what the hooks raise as
-        they end is logged; otherwise the first hook error is raised.
-        """
+        """Begins the hooks in order, ends those begun in reverse, also on errors:
+        the body's exception propagates (hooks' end errors are then logged),
+        else the first hook error."""
         if self._current is not None:
             raise NestedForwardError(
                 f"forward({info}) opened while forward({self._current}) is still "

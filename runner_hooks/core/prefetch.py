@@ -8,15 +8,13 @@ Race-free with CUDA stream order and events only:
 - Seeds before readers: a forward's draws are enqueued on its stream as it
   begins, and its consumers run on that stream (`take` refuses others).
 - The eager buffer, shared by eager forwards: a forward on another stream than
-  the last eager one first waits for a handover event recorded on that stream,
-  which may be the legacy default stream (handle 0; pool streams do not sync
-  with it), so "no earlier forward" is None. The buffer is `record_stream`ed on
-  each stream that reads it, so freeing it with its prefetcher is deferred
-  until those reads are done.
+  the last eager one first waits on a handover event recorded on that stream,
+  which may be the legacy default stream (handle 0, which pool streams do not
+  sync with: "no earlier forward" is None, not 0). The buffer is
+  `record_stream`ed on each stream that reads it, so freeing it with its
+  prefetcher waits for those reads.
 - Capture: a captured forward draws into a buffer of the graph's pool.
 """
-
-from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
@@ -178,3 +176,19 @@ class SeedPrefetch:
                 batch.consumed,
                 self.num_seeds,
             )
+
+
+class SeedPrefetcher:
+    """A prefetcher's machinery, `prefetch`, or None and why (`inactive_reason`)."""
+
+    def __init__(self, num_ssu_calls: int, device: torch.device | str) -> None:
+        cuda = cuda_device(device, num_ssu_calls)
+        made = NO_CUDA if cuda is None else self._seed_prefetch(num_ssu_calls, cuda)
+        self.prefetch = None if isinstance(made, str) else made
+        self.inactive_reason = made if isinstance(made, str) else None
+
+    def _seed_prefetch(
+        self, num_ssu_calls: int, device: torch.device
+    ) -> SeedPrefetch | str:
+        """The machinery for `num_ssu_calls` seeds on `device`, or why none."""
+        raise NotImplementedError

@@ -2,14 +2,12 @@
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM project
 """The seed prefetcher of a model runner's forward hooks."""
 
-from __future__ import annotations
-
 import functools
 
 import torch
 
 from .hooks import ForwardInfo
-from .prefetch import NO_CUDA, SeedBatch, SeedDrawer, SeedPrefetch, cuda_device
+from .prefetch import SeedBatch, SeedDrawer, SeedPrefetch, SeedPrefetcher
 
 
 @functools.cache
@@ -23,24 +21,15 @@ def kernel_drawer() -> SeedDrawer | str:
         return f"the seed kernel is unavailable: {reason}"
 
 
-class SRSeedPrefetcher:
-    """A forward hook that draws each forward's N seeds as it begins.
+class SRSeedPrefetcher(SeedPrefetcher):
+    """A forward hook: the k-th `next_seed()` of a forward returns seed k, drawn
+    as the forward begins (a FULL graph: at its first call, inside the capture).
+    None (the caller draws inline, as stock) outside a forward, for forwards that
+    do not run the SSU or are micro-batched, beyond N calls, while inactive, and
+    under capture for seeds not drawn in it."""
 
-    The k-th `next_seed()` of a forward returns seed k; a FULL graph draws at
-    its first one, inside the capture. None (the caller draws inline, as
-    stock) outside a forward, for forwards that do not run the SSU or are
-    micro-batched, beyond N calls, while inactive (`inactive_reason`), and
-    under capture for seeds not drawn in it.
-    """
-
-    def __init__(self, num_ssu_calls: int, device: torch.device | str) -> None:
-        cuda = cuda_device(device, num_ssu_calls)
-        made = NO_CUDA if cuda is None else self._seed_prefetch(num_ssu_calls, cuda)
-        self.prefetch = None if isinstance(made, str) else made
-        """The drawing machinery, or None while inactive."""
-        self.inactive_reason = made if isinstance(made, str) else None
-        self._batch: SeedBatch | None = None
-        self._draw_at_first_seed = False
+    _batch: SeedBatch | None = None
+    _draw_at_first_seed = False
 
     def _seed_prefetch(
         self, num_ssu_calls: int, device: torch.device

@@ -1,15 +1,10 @@
 # SPDX-License-Identifier: Apache-2.0
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM project
-"""N stock-identical seeds from one kernel launch (csrc/stock_seeds.cu).
+"""N stock-identical seeds from one kernel launch (csrc/stock_seeds.cu),
+compiled on first use with `torch.utils.cpp_extension`."""
 
-The op is compiled on first use with `torch.utils.cpp_extension` into torch's
-extension cache.
-"""
-
-from __future__ import annotations
-
+import functools
 import hashlib
-import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -20,19 +15,14 @@ SOURCE = Path(__file__).with_name("csrc") / "stock_seeds.cu"
 OP_NAMESPACE = "runner_hooks"
 """The op's torch.ops namespace, given to the source as SR_SEED_OP_NAMESPACE."""
 
-_lock = threading.Lock()
-_op: Callable[[torch.Tensor], None] | None = None
-
 
 class SeedKernelUnavailable(RuntimeError):
     """The seed op cannot be built or loaded here; the message says why."""
 
 
 def build_library(capabilities: Sequence[tuple[int, int]]) -> Path:
-    """Builds the op for `capabilities` unless cached, loads it, returns its path.
-
-    Needs nvcc, a C++ compiler and ninja, not a device.
-    """
+    """Builds the op for `capabilities` unless cached (with nvcc, a C++ compiler
+    and ninja; no device needed), loads it, returns its path."""
     if torch.version.cuda is None:
         raise SeedKernelUnavailable(
             f"torch {torch.__version__} was built without CUDA; "
@@ -71,24 +61,21 @@ def build_library(capabilities: Sequence[tuple[int, int]]) -> Path:
     return Path(library)
 
 
+@functools.cache
 def stock_seeds_op() -> Callable[[torch.Tensor], None]:
-    """The op, built and loaded once per process (thread-safe)."""
-    global _op
+    """The op, built and loaded once per process."""
     if not torch.cuda.is_available():
         raise SeedKernelUnavailable(
             f"no CUDA device is available (torch {torch.__version__}, "
             f"CUDA {torch.version.cuda})"
         )
-    with _lock:
-        if _op is None:
-            build_library(
-                [
-                    torch.cuda.get_device_capability(index)
-                    for index in range(torch.accelerator.device_count())
-                ]
-            )
-            _op = getattr(torch.ops, OP_NAMESPACE).stock_seeds.default
-        return _op
+    build_library(
+        [
+            torch.cuda.get_device_capability(index)
+            for index in range(torch.accelerator.device_count())
+        ]
+    )
+    return getattr(torch.ops, OP_NAMESPACE).stock_seeds.default
 
 
 class KernelDrawer:

@@ -258,8 +258,8 @@ def test_an_edited_patched_line_blocks_revert(
     # One space more in the call the patch added to initialize_mamba_ssu_backend.
     replace_once(
         small_tree / ssu_dispatch.PATH,
-        "    _attach_sr_seed_prefetcher(\n",
-        "    _attach_sr_seed_prefetcher( \n",
+        "    _attach_sr_seed_prefetcher(mamba_config,",
+        "    _attach_sr_seed_prefetcher( mamba_config,",
     )
     message = refused(capsys, small_tree, "revert", small_tree)
     assert "partly patched" in message and f"{ssu_dispatch.PATH} has edits" in message

@@ -7,10 +7,9 @@ if TYPE_CHECKING:
     VLLM_MAMBA_SR_SEED_PREFETCH: bool = False
 
 environment_variables: dict[str, Callable[[], Any]] = {
-    # If set to 1, the FlashInfer and Triton Mamba SSU backends, and ReplaySSM
-    # on either, draw a forward's stochastic-rounding seeds up front instead of
-    # one torch.randint before every SSU call. The seeds are identical to
-    # stock. No effect without --enable-mamba-cache-stochastic-rounding.
+    # If set to 1, the FlashInfer and Triton Mamba SSU backends (ReplaySSM too)
+    # draw a forward's stochastic-rounding seeds up front, identical to stock's
+    # per-call torch.randint; only with --enable-mamba-cache-stochastic-rounding.
     "VLLM_MAMBA_SR_SEED_PREFETCH": lambda: bool(
         int(os.getenv("VLLM_MAMBA_SR_SEED_PREFETCH", "0"))
     ),

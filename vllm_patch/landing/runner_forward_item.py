@@ -4,7 +4,7 @@
 # forward it opens. With no hook registered (the flag unset), nothing is built.
 
 self.forward_hooks.forward(
-    ForwardInfo(
+    sr_seed_prefetch.ForwardInfo(
         runs_ssu=batch_runs_mamba_ssu(ATTN_METADATA),
         micro_batched=UBATCH_SLICES is not None,
         full_cudagraph=CUDAGRAPH_MODE == CUDAGraphMode.FULL,

@@ -3,5 +3,5 @@
 
 
 # Told where each forward begins and ends (the Mamba SR seed prefetcher).
-self.forward_hooks = ForwardHooks()
+self.forward_hooks = sr_seed_prefetch.ForwardHooks()
 register_mamba_sr_seed_hook(self.forward_hooks)

@@ -3,5 +3,5 @@
 # function's `use_replayssm` parameter where the release has one, else False.
 
 _attach_sr_seed_prefetcher(
-    mamba_config, kv_cache_config, use_replayssm=USE_REPLAYSSM
+    mamba_config, kv_cache_config, replayssm=USE_REPLAYSSM
 )

@@ -3,24 +3,21 @@
 
 
 def _attach_sr_seed_prefetcher(
-    mamba_config: MambaConfig,
-    kv_cache_config: KVCacheConfig,
-    use_replayssm: bool = False,
+    mamba_config: MambaConfig, kv_cache_config: KVCacheConfig, replayssm: bool
 ) -> None:
     """Attaches a seed prefetcher to the SSU backend where it applies, else
     none. Runs for each KV cache config (memory profiling, then the real one),
     so it replaces whatever the previous run attached."""
     global _sr_seed_prefetcher
-    mamba2_layers = _mamba2_layer_names(kv_cache_config)
+    layers = _mamba_layer_names(kv_cache_config, MAMBA2_TYPE)
     _sr_seed_prefetcher = None
+    if not envs.VLLM_MAMBA_SR_SEED_PREFETCH:
+        return
     blocker = _sr_seed_prefetch_blocker(mamba_config, kv_cache_config)
     if blocker is not None:
-        if envs.VLLM_MAMBA_SR_SEED_PREFETCH:
-            logger.info_once(
-                "VLLM_MAMBA_SR_SEED_PREFETCH is set but unused: %s.", blocker
-            )
+        logger.info_once("VLLM_MAMBA_SR_SEED_PREFETCH is set but unused: %s.", blocker)
         return
-    num_layers = len(mamba2_layers)
+    num_layers = len(layers)
     _sr_seed_prefetcher = ForwardContextSeedPrefetcher(
         num_layers,
         "cuda",
@@ -33,7 +30,7 @@ def _attach_sr_seed_prefetcher(
         "(forward-context design, %s %s%s).",
         num_layers,
         mamba_config.backend.value,
-        "ReplaySSM" if use_replayssm else "SSU",
+        "ReplaySSM" if replayssm else "SSU",
         "" if inactive is None else f", inactive: {inactive}",
     )
 

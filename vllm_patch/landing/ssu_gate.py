@@ -7,24 +7,21 @@
 # own check (an enum from 0.21.0 on, the strings "mamba1" / "mamba2" before).
 
 
-def _mamba2_layer_names(kv_cache_config: KVCacheConfig) -> list[str]:
-    """This rank's Mamba-2 layers: N, the SSU calls of a forward."""
+def _mamba_layer_names(kv_cache_config: KVCacheConfig, mamba_type: object) -> list[str]:
+    """This rank's layers of `mamba_type`; of Mamba-2, N: a forward's SSU calls."""
     return [
         layer_name
         for group in kv_cache_config.kv_cache_groups
         if isinstance(group.kv_cache_spec, MambaSpec)
-        and group.kv_cache_spec.mamba_type == MAMBA2_TYPE
+        and group.kv_cache_spec.mamba_type == mamba_type
         for layer_name in group.layer_names
     ]
 
 
 def _sr_seed_prefetch_blocker(
-    mamba_config: MambaConfig,
-    kv_cache_config: KVCacheConfig,
+    mamba_config: MambaConfig, kv_cache_config: KVCacheConfig
 ) -> str | None:
-    """Why VLLM_MAMBA_SR_SEED_PREFETCH cannot apply here, or None if it can."""
-    if not envs.VLLM_MAMBA_SR_SEED_PREFETCH:
-        return "VLLM_MAMBA_SR_SEED_PREFETCH is not set"
+    """Why VLLM_MAMBA_SR_SEED_PREFETCH, set, cannot apply here; None if it can."""
     if not mamba_config.enable_stochastic_rounding:
         return "stochastic rounding is off"
     if envs.VLLM_MOE_ROUTING_SIMULATION_STRATEGY:
@@ -39,20 +36,14 @@ def _sr_seed_prefetch_blocker(
 
     if not current_platform.is_cuda():
         return "the platform is not CUDA"
-    if any(
-        isinstance(group.kv_cache_spec, MambaSpec)
-        and group.kv_cache_spec.mamba_type == MAMBA1_TYPE
-        for group in kv_cache_config.kv_cache_groups
-    ):
+    if _mamba_layer_names(kv_cache_config, MAMBA1_TYPE):
         # Mamba-1 layers call the same SSU, but N counts Mamba-2 layers only.
         return "the model has Mamba-1 layers"
-    if not _mamba2_layer_names(kv_cache_config):
+    if not _mamba_layer_names(kv_cache_config, MAMBA2_TYPE):
         return "the model has no Mamba-2 layers"
     return None
 
 
 def _prefetched_sr_seed() -> torch.Tensor | None:
     """This SSU call's prefetched seed, or None: the caller draws as stock."""
-    if _sr_seed_prefetcher is None:
-        return None
-    return _sr_seed_prefetcher.next_seed()
+    return None if _sr_seed_prefetcher is None else _sr_seed_prefetcher.next_seed()

@@ -3,47 +3,41 @@
 
 
 def _attach_sr_seed_prefetcher(
-    mamba_config: MambaConfig,
-    kv_cache_config: KVCacheConfig,
-    use_replayssm: bool = False,
+    mamba_config: MambaConfig, kv_cache_config: KVCacheConfig, replayssm: bool
 ) -> None:
     """Attaches a seed prefetcher where it applies, replacing the previous
     one: this runs for each KV cache config (profiling, then the real one)."""
     global _sr_seed_prefetcher, _mamba2_probe_layer
-    mamba2_layers = _mamba2_layer_names(kv_cache_config)
-    _mamba2_probe_layer = mamba2_layers[0] if mamba2_layers else None
+    layers = _mamba_layer_names(kv_cache_config, MAMBA2_TYPE)
+    _mamba2_probe_layer = layers[0] if layers else None
     _sr_seed_prefetcher = None
+    if not envs.VLLM_MAMBA_SR_SEED_PREFETCH:
+        return
     blocker = _sr_seed_prefetch_blocker(mamba_config, kv_cache_config)
     if blocker is not None:
-        if envs.VLLM_MAMBA_SR_SEED_PREFETCH:
-            logger.info_once(
-                "VLLM_MAMBA_SR_SEED_PREFETCH is set but unused: %s.", blocker
-            )
+        logger.info_once("VLLM_MAMBA_SR_SEED_PREFETCH is set but unused: %s.", blocker)
         return
-    num_layers = len(mamba2_layers)
-    _sr_seed_prefetcher = SRSeedPrefetcher(num_layers, "cuda")
+    _sr_seed_prefetcher = SRSeedPrefetcher(len(layers), "cuda")
     inactive = _sr_seed_prefetcher.inactive_reason
     (logger.info_once if inactive is None else logger.warning_once)(
         "Prefetching Mamba stochastic-rounding seeds for %d layers per forward "
         "(explicit-reset design, %s %s%s).",
-        num_layers,
+        len(layers),
         mamba_config.backend.value,
-        "ReplaySSM" if use_replayssm else "SSU",
+        "ReplaySSM" if replayssm else "SSU",
         "" if inactive is None else f", inactive: {inactive}",
     )
 
 
 def register_mamba_sr_seed_hook(hooks: ForwardHooks) -> None:
     """Registers the seed relay on a model runner's hooks if
-    VLLM_MAMBA_SR_SEED_PREFETCH is set. Unset, the runner's forwards take the
-    no-hook path: no ForwardInfo built, no hook called."""
+    VLLM_MAMBA_SR_SEED_PREFETCH is set (unset, its forwards run no hook)."""
     if envs.VLLM_MAMBA_SR_SEED_PREFETCH:
         hooks.register(MambaSRSeedHook())
 
 
 class MambaSRSeedHook:
-    """Relays a model runner's forwards to the attached seed prefetcher, which
-    each initialize_mamba_ssu_backend replaces."""
+    """Relays a model runner's forwards to the seed prefetcher attached now."""
 
     def on_forward_begin(self, info: ForwardInfo) -> None:
         if _sr_seed_prefetcher is not None:
@@ -54,9 +48,7 @@ class MambaSRSeedHook:
             _sr_seed_prefetcher.on_forward_end(info)
 
 
-def batch_runs_mamba_ssu(
-    attn_metadata: dict[str, Any] | list[Any] | None,
-) -> bool:
+def batch_runs_mamba_ssu(attn_metadata: dict[str, Any] | list[Any] | None) -> bool:
     """Whether a forward with this attention metadata (a list: one per
     micro-batch) calls the Mamba SSU: MambaMixer2 does only for decode tokens,
     and one Mamba-2 layer's metadata tells for all."""

@@ -3,6 +3,5 @@
 
 # Hands the SSU calls their pre-drawn seeds (VLLM_MAMBA_SR_SEED_PREFETCH).
 _sr_seed_prefetcher: SRSeedPrefetcher | None = None
-# A Mamba-2 layer of the KV cache config, whose attention metadata tells
-# batch_runs_mamba_ssu whether a batch has decode tokens.
+# The Mamba-2 layer whose attention metadata batch_runs_mamba_ssu reads.
 _mamba2_probe_layer: str | None = None

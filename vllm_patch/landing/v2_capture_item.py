@@ -5,7 +5,7 @@
 # no hook registered (the flag unset), nothing is built.
 
 forward_hooks.forward(
-    ForwardInfo(
+    sr_seed_prefetch.ForwardInfo(
         runs_ssu=batch_runs_mamba_ssu(ATTN_METADATA),
         full_cudagraph=(
             desc.cg_mode == CUDAGraphMode.FULL and not warmup

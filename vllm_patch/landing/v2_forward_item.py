@@ -5,7 +5,9 @@
 # hook registered (the flag unset), nothing is built.
 
 self.forward_hooks.forward(
-    ForwardInfo(runs_ssu=batch_runs_mamba_ssu(ATTN_METADATA))
+    sr_seed_prefetch.ForwardInfo(
+        runs_ssu=batch_runs_mamba_ssu(ATTN_METADATA)
+    )
     if self.forward_hooks.active
     else None
 )

@@ -7,7 +7,7 @@
 # call. With no hook registered (the flag unset), nothing is built.
 
 self.forward_hooks.forward(
-    ForwardInfo(
+    sr_seed_prefetch.ForwardInfo(
         runs_ssu=batch_runs_mamba_ssu(
             [c.attn_metadata for c in ubatch_state.forward_contexts]
             if ubatch_state is not None

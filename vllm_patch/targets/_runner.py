@@ -23,7 +23,9 @@ from .ssu_dispatch import PATH as SSU_DISPATCH_PATH
 from .ssu_dispatch import VENDORED_MODULE
 
 SSU_DISPATCH_MODULE = SSU_DISPATCH_PATH.removesuffix(".py").replace("/", ".")
-HOOKS_IMPORT = f"from {VENDORED_MODULE} import (\n    ForwardHooks,\n    ForwardInfo,\n)\n"
+_PACKAGE, _, _NAME = VENDORED_MODULE.rpartition(".")
+HOOKS_IMPORT = f"from {_PACKAGE} import {_NAME}\n"
+"""The runners name the hook contract through its package (`sr_seed_prefetch.ForwardInfo`)."""
 
 
 def hook_imports(relay: bool) -> list[Operation]:

@@ -49,7 +49,7 @@ def operations(release: Release) -> FileOperations:
                     lambda n: isinstance(n, ast.FunctionDef) and n.name == "capture",
                     direct=True,
                 ),
-                code="forward_hooks: ForwardHooks",
+                code="forward_hooks: sr_seed_prefetch.ForwardHooks",
                 keyword_only=True,
             ),
             AddWithItem(

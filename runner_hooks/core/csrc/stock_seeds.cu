@@ -2,16 +2,14 @@
 // SPDX-FileCopyrightText: Copyright contributors to the vLLM project
 //
 // stock_seeds(out): the values of len(out) consecutive stock
-// torch.randint(0, 2**32, (1,)) calls, from one launch, advancing the device's
-// default CUDA generator as they would.
-//
-// A stock draw (random_from_to_kernel, range 2**32, numel 1) reserves 4 Philox
-// offsets with philox_cuda_state(4); thread 0 runs curand_init(seed, 0, o) and
-// curand4, and uniform_int_from_to keeps the low 32 bits of x << 32 | y. So N
-// draws read offsets o, o + 4, ..., o + 4(N - 1): here the 4N offsets are
-// reserved at once and thread k computes the draw at o + 4k. Under graph
-// capture, philox_cuda_state gives the graph-safe state, so each replay draws
-// fresh values, as stock's captured draws do.
+// torch.randint(0, 2**32, (1,)) calls from one launch, advancing the device's
+// default CUDA generator as they would. A stock draw (random_from_to_kernel,
+// range 2**32, numel 1) reserves 4 Philox offsets with philox_cuda_state(4);
+// thread 0 runs curand_init(seed, 0, o) and curand4, and uniform_int_from_to
+// keeps the low 32 bits of x << 32 | y. So N draws read offsets o, o + 4, ...,
+// o + 4(N - 1): here the 4N offsets are reserved at once and thread k computes
+// the draw at o + 4k. Under graph capture, philox_cuda_state gives the
+// graph-safe state, so each replay draws fresh values, as stock's do.
 
 #include <ATen/core/Tensor.h>
 #include <ATen/core/TransformationHelper.h>
