@@ -399,16 +399,36 @@ def profile_markdown(timing: dict[str, Any]) -> str:
     return "\n".join(out) + "\n"
 
 
+def steps_of_partial(name: str, runner: str) -> tuple[str, str]:
+    """(serving, workload) of a partial file, from the tag timing.Plan.tag put
+    in its name, timing-<runner><tag>-partial.json."""
+    tags = {
+        timing_module.Plan(serving=serving, workload=workload).tag: (serving, workload)
+        for serving in SERVING_BY_NAME
+        for workload in timing_module.WORKLOADS
+    }
+    prefix, suffix = f"timing-{runner}", "-partial.json"
+    tag = name[len(prefix) : -len(suffix)]
+    if not (name.startswith(prefix) and name.endswith(suffix)) or tag not in tags:
+        raise SystemExit(f"{name} is not named {prefix}<tag>{suffix} with a tag timing.py writes")
+    return tags[tag]
+
+
 def from_partials(specs: Sequence[str]) -> dict[str, Any]:
-    """timing.json's shape from RUNNER=PATH partial files."""
-    runners = {}
+    """timing.json's shape from RUNNER=PATH partial files (of one serving and
+    workload, read from their names)."""
+    runners, steps = {}, set()
     for spec in specs:
         runner, sep, path = spec.partition("=")
         if not sep or runner not in {r.value for r in Runner}:
             raise SystemExit(f"--partial takes RUNNER=PATH with RUNNER v1 or v2, got {spec!r}")
+        steps.add(steps_of_partial(Path(path).name, runner))
         samples = {int(bs): per_arm for bs, per_arm in json.loads(Path(path).read_text()).items()}
         runners[runner] = {**timing_module.runner_result(samples, runner), "partial": True}
-    return {"runners": runners, "partial": True}
+    if len(steps) > 1:
+        raise SystemExit(f"--partial files of different steps {sorted(steps)}: report them apart")
+    serving, workload = steps.pop() if steps else (PLAIN.name, "decode")
+    return {"runners": runners, "partial": True, "serving": serving, "workload": workload}
 
 
 def merge_timing(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:

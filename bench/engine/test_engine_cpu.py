@@ -1704,7 +1704,32 @@ def test_the_timing_starts_its_serving_and_times_its_workload(
     assert (
         (saved["serving"], saved["workload"]) == (serving, workload) == (data["serving"], workload)
     )
-    assert (tmp_path / f"timing-v1{plan.tag}-partial.json").is_file()
+    partial = tmp_path / f"timing-v1{plan.tag}-partial.json"
+    # A run cut off by its time limit is reported from the partial files, as its steps.
+    reported = report.from_partials([f"v1={partial}"])
+    assert (reported["serving"], reported["workload"]) == (serving, workload)
+    assert report.steps_heading(reported) == report.steps_heading(saved)
+
+
+def test_a_partial_file_is_reported_as_the_steps_its_name_says(tmp_path: Path) -> None:
+    assert report.steps_of_partial("timing-v2-seed-serving-mixed-partial.json", "v2") == (
+        "seed-serving",
+        "mixed",
+    )
+    assert report.steps_of_partial("timing-v1-partial.json", "v1") == ("plain", "decode")
+    for name in ("timing-v1-mtp5-partial.json", "timing-v2-mtp7-partial.json", "x.json"):
+        with pytest.raises(SystemExit, match=r"is not named timing-v1<tag>-partial\.json"):
+            report.steps_of_partial(name, "v1")
+    samples = json.dumps({"1": {"stock": [{"replay_s": 1e-3}]}})
+    (tmp_path / "timing-v1-mtp7-partial.json").write_text(samples)
+    (tmp_path / "timing-v2-partial.json").write_text(samples)
+    with pytest.raises(SystemExit, match="of different steps"):
+        report.from_partials(
+            [
+                f"v1={tmp_path / 'timing-v1-mtp7-partial.json'}",
+                f"v2={tmp_path / 'timing-v2-partial.json'}",
+            ]
+        )
 
 
 class _MixedEngine:
