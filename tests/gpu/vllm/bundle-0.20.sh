@@ -70,7 +70,8 @@ cp "$E/trim/c.so.xz" "$E/trim/fa3.so.xz" "$E"/dl/apache_tvm_ffi-0.1.9-*.whl "$E/
 python3 "$here/bundle.py" xgrammar "$E"/dl/xgrammar-0.1.32-*.whl "$E/trim"
 cp "$E"/trim/vllm-0.20.0-*.whl "$E"/trim/flashinfer_python-0.6.8.post1-*.whl \
   "$E"/trim/xgrammar-0.1.32-*.whl "$E/s2/"
-# Compiled wheels go with the other native parts in s1, pure-Python ones in s2.
+# Compiled wheels go with the other native parts in s1, pure-Python ones in s2; xgrammar
+# (compiled, 9 MiB) went to s2 above, as s1 with it and the repository would pass 62 MiB.
 for dep in "${deps[@]}"; do
   name=${dep%%==*}; f=$(ls "$E"/dl/deps/"${name//-/_}"-"${dep#*==}"-*.whl)
   case $f in *-none-any.whl) cp "$f" "$E/s2/" ;; *) cp "$f" "$E/s1/" ;; esac
