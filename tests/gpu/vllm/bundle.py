@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
-"""Trim vLLM's and FlashInfer's wheels to what a Nemotron-H engine run on one H200 loads.
+"""Trim the vLLM, FlashInfer and xgrammar wheels to what a Nemotron-H run on one H200 loads.
 
 The H200 machine reaches no package registry, and a device call carries at
 most 64 MiB, so tests/gpu/vllm/bundle-0.20.sh ships these wheels trimmed:
 
     python3 tests/gpu/vllm/bundle.py vllm FULL.whl OUT_DIR
     python3 tests/gpu/vllm/bundle.py flashinfer FULL.whl OUT_DIR
+    python3 tests/gpu/vllm/bundle.py xgrammar FULL.whl OUT_DIR
+    python3 tests/gpu/vllm/bundle.py calls REPO_BYTES FOLDER...
 
 `vllm` writes OUT_DIR/<same wheel name> without the native parts such a run
 (TRITON_ATTN attention, the FlashInfer SSU, no MoE) does not load, and takes
@@ -21,7 +23,10 @@ two shared objects out as xz streams, which the stage script puts back:
 Dropped: FA2's .so and FA4's cute/, _moe_C (imported under
 contextlib.suppress(ImportError)), third_party/deep_gemm/, _flashmla*.
 `flashinfer` keeps FlashInfer's Python package, its C++ include trees, and of
-data/csrc only the sources its Mamba SSU JIT compiles.
+data/csrc only the sources its Mamba SSU JIT compiles. `xgrammar` drops the
+static library and C++ headers (lib/, include/) that only C++ code linking
+against xgrammar reads; its Python package loads its bindings' .so alone. `calls` checks that each
+staging folder, with the repository, fits one device call.
 """
 
 from __future__ import annotations
@@ -170,10 +175,69 @@ def trim_flashinfer(src: str, out: str) -> str:
     return dst
 
 
+# --- xgrammar -------------------------------------------------------------
+
+XGRAMMAR_DROP = re.compile(r"^xgrammar/(lib|include)/")
+
+
+def trim_xgrammar(src: str, out: str) -> str:
+    os.makedirs(out, exist_ok=True)
+    dst = os.path.join(out, os.path.basename(src))
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w", zipfile.ZIP_DEFLATED) as zout:
+        for info in zin.infolist():
+            if not XGRAMMAR_DROP.match(info.filename):
+                zout.writestr(info, zin.read(info.filename))
+    return dst
+
+
+# --- Device calls ---------------------------------------------------------
+
+CALL_LIMIT = 64 * 2**20
+"""What one device call carries: the folder it is given and the repository."""
+
+
+class CallTooLarge(ValueError):
+    """A staging folder and the repository exceed one device call."""
+
+
+def folder_size(path: str) -> int:
+    return sum(
+        os.path.getsize(os.path.join(root, name))
+        for root, _dirs, names in os.walk(path)
+        for name in names
+    )
+
+
+def check_calls(repo_bytes: int, folders: list[str], limit: int = CALL_LIMIT) -> dict[str, int]:
+    """Each folder's size with the repository's; raises CallTooLarge naming every
+    folder that does not fit `limit`."""
+    sizes = {folder: folder_size(folder) + repo_bytes for folder in folders}
+    over = [f"{folder} ({size / 2**20:.1f} MiB)" for folder, size in sizes.items() if size > limit]
+    if over:
+        raise CallTooLarge(
+            f"with the repository, {', '.join(over)} exceed a device call's "
+            f"{limit / 2**20:.0f} MiB: move a wheel to another staging folder"
+        )
+    return sizes
+
+
 def main(argv: list[str]) -> int:
-    trims = {"vllm": trim_vllm, "flashinfer": trim_flashinfer}
+    if argv[:1] == ["calls"] and len(argv) > 2:
+        try:
+            sizes = check_calls(int(argv[1]), argv[2:])
+        except CallTooLarge as e:
+            print(e, file=sys.stderr)
+            return 1
+        for folder, size in sizes.items():
+            print(f"{folder}: {size / 2**20:.1f} MiB with the repository")
+        return 0
+    trims = {"vllm": trim_vllm, "flashinfer": trim_flashinfer, "xgrammar": trim_xgrammar}
     if len(argv) != 3 or argv[0] not in trims:
-        print(f"usage: bundle.py {{{','.join(trims)}}} FULL.whl OUT_DIR", file=sys.stderr)
+        print(
+            f"usage: bundle.py {{{','.join(trims)}}} FULL.whl OUT_DIR"
+            " | bundle.py calls REPO_BYTES FOLDER...",
+            file=sys.stderr,
+        )
         return 2
     dst = trims[argv[0]](argv[1], argv[2])
     print(dst, os.path.getsize(dst))

@@ -35,13 +35,16 @@ EOF
   pipi .e2e020/s2/*.whl
   cp "$STAGE/_C.abi3.so" "$SITE/vllm/"
   cp "$STAGE/_vllm_fa3_C.abi3.so" "$SITE/vllm/vllm_flash_attn/"
-  # The import of both runners and the model, and one of _C's kernels against torch's
-  # result: the fatbin of _C keeps sm_90 device code only (bundle.py), so a kernel that
-  # would not load on this GPU fails here rather than in an engine.
+  # The import of both runners and the model, both structured-output backends' native
+  # libraries (vllm.v1.structured_output loads them at import), and one of _C's kernels
+  # against torch's result: the fatbin of _C keeps sm_90 device code only (bundle.py), so
+  # a kernel that would not load on this GPU fails here rather than in an engine.
   PYTHONPATH=$SITE VLLM_ENABLE_V1_MULTIPROCESSING=0 python3 - <<'EOF' || exit 1
 import torch
+import llguidance, xgrammar
 import vllm, flashinfer.mamba, vllm.v1.worker.gpu_model_runner, vllm.v1.worker.gpu.model_runner
-import vllm.model_executor.models.nemotron_h, vllm.vllm_flash_attn
+import vllm.model_executor.models.nemotron_h, vllm.vllm_flash_attn, vllm.v1.structured_output
+xgrammar.Grammar.builtin_json_grammar(), llguidance.LLMatcher  # their native libraries
 from vllm import _custom_ops as ops
 x = torch.randn(8, 1024, device="cuda", dtype=torch.bfloat16)
 w = torch.randn(1024, device="cuda", dtype=torch.bfloat16)

@@ -159,6 +159,39 @@ def test_the_flashinfer_wheel_keeps_its_mamba_sources(tmp_path: Path) -> None:
     assert sorted(zipfile.ZipFile(out).namelist()) == sorted(set(names) - dropped)
 
 
+def test_the_xgrammar_wheel_keeps_its_python_package_and_bindings(tmp_path: Path) -> None:
+    names = [
+        "xgrammar/__init__.py",
+        "xgrammar/xgrammar_bindings.cpython-312-x86_64-linux-gnu.so",
+        "xgrammar/kernels/apply_token_bitmask_inplace_cuda.cu",
+        "xgrammar/lib/libxgrammar.a",
+        "xgrammar/include/xgrammar/xgrammar.h",
+        "xgrammar-0.1.32.dist-info/METADATA",
+    ]
+    wheel = tmp_path / "xgrammar-0.1.32-cp312-cp312-manylinux_2_28_x86_64.whl"
+    with zipfile.ZipFile(wheel, "w") as z:
+        for name in names:
+            z.writestr(name, b"x")
+    out = bundle.trim_xgrammar(str(wheel), str(tmp_path / "out"))
+    dropped = {"xgrammar/lib/libxgrammar.a", "xgrammar/include/xgrammar/xgrammar.h"}
+    assert sorted(zipfile.ZipFile(out).namelist()) == sorted(set(names) - dropped)
+
+
+def test_a_staging_folder_that_does_not_fit_a_call_is_named(tmp_path: Path) -> None:
+    small, large = tmp_path / "s1", tmp_path / "s2"
+    (small / "sub").mkdir(parents=True)
+    large.mkdir()
+    (small / "a.whl").write_bytes(bytes(300))
+    (small / "sub" / "b.whl").write_bytes(bytes(100))
+    (large / "c.whl").write_bytes(bytes(700))
+    assert bundle.check_calls(200, [str(small)], limit=600) == {str(small): 600}
+    with pytest.raises(bundle.CallTooLarge, match="s2") as raised:
+        bundle.check_calls(200, [str(small), str(large)], limit=600)
+    assert "s1" not in str(raised.value).replace(str(tmp_path), "")
+    with pytest.raises(bundle.CallTooLarge, match="s1"):  # the repository counts
+        bundle.check_calls(201, [str(small)], limit=600)
+
+
 def test_the_bundle_pins_what_the_patch_knows_of_vllm_0_20_0() -> None:
     """bundle-0.20.sh checks the wheel's pins against these; they must be the
     release table's (vllm_patch/releases.py), read from the same wheel."""
@@ -169,3 +202,19 @@ def test_the_bundle_pins_what_the_patch_knows_of_vllm_0_20_0() -> None:
     assert f'"torch=={release.torch}"' in script
     assert f'"flashinfer-python=={release.flashinfer}"' in script
     assert f"flashinfer-python=={release.flashinfer}\n" in script
+
+
+def test_the_structured_output_backends_are_bundled_within_the_wheels_pins() -> None:
+    """vllm.v1.structured_output imports both backends at import: bundle-0.20.sh checks
+    the wheel's ranges for them and bundles one version of each inside its range."""
+    from packaging.specifiers import SpecifierSet
+
+    script = Path(__file__).with_name("bundle-0.20.sh").read_text()
+    for range_, bundled in [
+        ("llguidance<1.4.0,>=1.3.0", "llguidance==1.3.0"),
+        ("xgrammar<1.0.0,>=0.1.32", "xgrammar==0.1.32"),
+    ]:
+        assert f'"{range_}"' in script
+        assert f"{bundled}\n" in script or f"{bundled})" in script
+        name, version = bundled.split("==")
+        assert version in SpecifierSet(range_.removeprefix(name))
