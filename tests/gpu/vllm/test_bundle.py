@@ -139,42 +139,46 @@ def test_the_vllm_wheel_keeps_what_the_run_loads(tmp_path: Path) -> None:
     assert made[1][2] in c and made[0][2] not in c
 
 
-def test_the_flashinfer_wheel_keeps_its_mamba_sources(tmp_path: Path) -> None:
-    names = [
-        "flashinfer/__init__.py",
-        "flashinfer/data/csrc/selective_state_update.cu",
-        "flashinfer/data/csrc/flashinfer_mamba_binding.cu",
-        "flashinfer/data/csrc/tvm_ffi_utils.h",
-        "flashinfer/data/csrc/sampling.cu",
-        "flashinfer/data/include/flashinfer/math.cuh",
-        "flashinfer/data/cutlass/examples/a.cu",
-        "flashinfer/data/cutlass/include/cute/a.hpp",
-    ]
-    wheel = tmp_path / "flashinfer_python-0.6.8.post1-py3-none-any.whl"
+@pytest.mark.parametrize(
+    ("trim", "wheel_name", "kept", "dropped"),
+    [
+        pytest.param(
+            "trim_flashinfer",
+            "flashinfer_python-0.6.8.post1-py3-none-any.whl",
+            [
+                "flashinfer/__init__.py",
+                "flashinfer/data/csrc/selective_state_update.cu",
+                "flashinfer/data/csrc/flashinfer_mamba_binding.cu",
+                "flashinfer/data/csrc/tvm_ffi_utils.h",
+                "flashinfer/data/include/flashinfer/math.cuh",
+                "flashinfer/data/cutlass/include/cute/a.hpp",
+            ],
+            ["flashinfer/data/csrc/sampling.cu", "flashinfer/data/cutlass/examples/a.cu"],
+            id="flashinfer keeps its Mamba sources",
+        ),
+        pytest.param(
+            "trim_xgrammar",
+            "xgrammar-0.1.32-cp312-cp312-manylinux_2_28_x86_64.whl",
+            [
+                "xgrammar/__init__.py",
+                "xgrammar/xgrammar_bindings.cpython-312-x86_64-linux-gnu.so",
+                "xgrammar/kernels/apply_token_bitmask_inplace_cuda.cu",
+                "xgrammar-0.1.32.dist-info/METADATA",
+            ],
+            ["xgrammar/lib/libxgrammar.a", "xgrammar/include/xgrammar/xgrammar.h"],
+            id="xgrammar keeps its Python package and bindings",
+        ),
+    ],
+)
+def test_a_trimmed_wheel_keeps_what_the_run_loads(
+    tmp_path: Path, trim: str, wheel_name: str, kept: list[str], dropped: list[str]
+) -> None:
+    wheel = tmp_path / wheel_name
     with zipfile.ZipFile(wheel, "w") as z:
-        for name in names:
+        for name in kept + dropped:
             z.writestr(name, b"x")
-    out = bundle.trim_flashinfer(str(wheel), str(tmp_path / "out"))
-    dropped = {"flashinfer/data/csrc/sampling.cu", "flashinfer/data/cutlass/examples/a.cu"}
-    assert sorted(zipfile.ZipFile(out).namelist()) == sorted(set(names) - dropped)
-
-
-def test_the_xgrammar_wheel_keeps_its_python_package_and_bindings(tmp_path: Path) -> None:
-    names = [
-        "xgrammar/__init__.py",
-        "xgrammar/xgrammar_bindings.cpython-312-x86_64-linux-gnu.so",
-        "xgrammar/kernels/apply_token_bitmask_inplace_cuda.cu",
-        "xgrammar/lib/libxgrammar.a",
-        "xgrammar/include/xgrammar/xgrammar.h",
-        "xgrammar-0.1.32.dist-info/METADATA",
-    ]
-    wheel = tmp_path / "xgrammar-0.1.32-cp312-cp312-manylinux_2_28_x86_64.whl"
-    with zipfile.ZipFile(wheel, "w") as z:
-        for name in names:
-            z.writestr(name, b"x")
-    out = bundle.trim_xgrammar(str(wheel), str(tmp_path / "out"))
-    dropped = {"xgrammar/lib/libxgrammar.a", "xgrammar/include/xgrammar/xgrammar.h"}
-    assert sorted(zipfile.ZipFile(out).namelist()) == sorted(set(names) - dropped)
+    out = getattr(bundle, trim)(str(wheel), str(tmp_path / "out"))
+    assert sorted(zipfile.ZipFile(out).namelist()) == sorted(kept)
 
 
 def test_a_staging_folder_that_does_not_fit_a_call_is_named(tmp_path: Path) -> None:
