@@ -41,6 +41,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from vllm_patch import tree
+
 from . import model
 from .arms import (
     BATCH_SIZES,
@@ -113,10 +115,9 @@ hybrid/mamba models")."""
 
 
 def site_vllm_version(site: str | None) -> str | None:
-    """The version of the vLLM pip-installed in the folder `site`, read from its
-    dist-info's name; None where there is no one such folder."""
-    found = list(Path(site).glob("vllm-*.dist-info")) if site else []
-    return found[0].name[len("vllm-") : -len(".dist-info")] if len(found) == 1 else None
+    """The version of the vLLM pip-installed in the folder `site`, as
+    `sr-prefetch` reads it (vllm_patch.tree.read_version); None where none is."""
+    return tree.read_version(Path(site)) if site else None
 
 
 def runners_of(version: str | None) -> tuple[Runner, ...]:

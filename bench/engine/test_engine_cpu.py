@@ -818,6 +818,7 @@ def test_the_stock_copy_s_vllm_version_picks_the_runners_and_is_recorded(
 ) -> None:
     site = tmp_path / "site-0.20.0"
     (site / "vllm-0.20.0.dist-info").mkdir(parents=True)
+    (site / "vllm-0.20.0.dist-info" / "METADATA").write_text("Name: vllm\nVersion: 0.20.0\n")
     (site / "vllm").mkdir()
     assert session.site_vllm_version(str(site)) == "0.20.0"
     assert session.site_vllm_version(str(site / "vllm")) is None
