@@ -225,22 +225,39 @@ def test_threads_reserve_offsets_atomically(drawer: SeedDrawer) -> None:
         assert blocks == sorted(blocks), "a thread's draws came out of order"
 
 
+REJECT_CHILD = """
+import sys
+import torch
+from runner_hooks.core.seed_kernel import stock_seeds_op
+op = stock_seeds_op()
+out = {make}
+start = torch.cuda.default_generators[0].get_state()
+try:
+    op(out)
+except RuntimeError as error:
+    print(str(error).splitlines()[0])
+else:
+    sys.exit("the op took the buffer")
+assert torch.equal(torch.cuda.default_generators[0].get_state(), start), "the op drew"
+"""
+
+
 @pytest.mark.parametrize(
     ("make", "message"),
     [
-        (lambda: torch.empty(4, dtype=torch.int32, device=DEV), "must be int64"),
-        (lambda: torch.empty(2, 2, dtype=torch.int64, device=DEV), "must be 1-D"),
-        (lambda: torch.empty(8, dtype=torch.int64, device=DEV)[::2], "must be contiguous"),
-        (lambda: torch.empty(4, dtype=torch.int64), "must be a CUDA tensor"),
+        ('torch.empty(4, dtype=torch.int32, device="cuda:0")', "must be int64"),
+        ('torch.empty(2, 2, dtype=torch.int64, device="cuda:0")', "must be 1-D"),
+        ('torch.empty(8, dtype=torch.int64, device="cuda:0")[::2]', "must be contiguous"),
+        ("torch.empty(4, dtype=torch.int64)", "must be a CUDA tensor"),
     ],
+    ids=["int32", "2-D", "strided", "cpu"],
 )
-def test_rejects_bad_buffers_before_drawing(
-    drawer: SeedDrawer, make: Callable[[], torch.Tensor], message: str
-) -> None:
-    start = generator().get_state()
-    with pytest.raises(RuntimeError, match=message):
-        drawer.draw(make())
-    assert torch.equal(generator().get_state(), start)
+def test_rejects_bad_buffers_before_drawing(drawer: SeedDrawer, make: str, message: str) -> None:
+    """Each case in a fresh process (on the build `drawer` made), so that a crash in
+    the op's error path fails that case and not the rest of the session."""
+    child = run_child(REJECT_CHILD.format(make=make), timeout=120)
+    assert child.returncode == 0, f"exit status {child.returncode}: {child.stderr[-2000:]}"
+    assert message in child.stdout, child.stdout
 
 
 def test_second_load_reuses_the_op(drawer: SeedDrawer, monkeypatch: pytest.MonkeyPatch) -> None:
