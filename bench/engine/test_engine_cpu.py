@@ -910,33 +910,42 @@ def test_the_latest_engine_run_reads_as_the_readmes_say() -> None:
     assert verdicts == dict.fromkeys(expected, "PASSED"), output[-3000:]
 
 
-SERVING_RUN = "bench/results/engine-nvidia-h200-20261201b"
-"""The run the README quotes for the seed document's serving setup."""
+# Runs of the landing as it is now, the README quoting each: the records, the runner
+# cells judged (runner-mode[-serving]), the patched arms and the control run in them.
+LANDING_RUNS = {
+    "bench/results/engine-nvidia-h200-20261201d-plain": (
+        ["eager", "FULL_AND_PIECEWISE"],
+        ["reset-kernel", "forward-context"],
+    ),
+    "bench/results/engine-nvidia-h200-20261201d-serving": (
+        [f"FULL_AND_PIECEWISE-{s}" for s in ("mtp3", "mtp7", "prefix", "seed-serving")],
+        ["reset-kernel"],
+    ),
+}
 
 
-def test_the_serving_run_reads_as_the_readme_says() -> None:
-    """SERVING_RUN's records judged again: the default identical to stock, stock
+@pytest.mark.parametrize("run", sorted(LANDING_RUNS))
+def test_the_landing_runs_read_as_the_readme_says(run: str) -> None:
+    """A run's records judged again: its patched arms identical to stock, stock
     reproducible and not degenerate, the one-seed control caught and the serving
-    options in effect, for V1 and V2, eager and FULL_AND_PIECEWISE plain, and
-    FULL_AND_PIECEWISE under seed-serving (MTP K=7, async, prefix caching)."""
+    options in effect (and off where the cell has none), V1 and V2, in each of its
+    cells."""
     root = Path(__file__).resolve().parents[2]
-    assert f"{SERVING_RUN}.md" in (root / "README.md").read_text()
-    verdicts, output = judged(f"{SERVING_RUN}.identity.json")
-    cells = [
-        f"{runner}-{cell}"
-        for runner in ("v1", "v2")
-        for cell in ("eager", "FULL_AND_PIECEWISE", "FULL_AND_PIECEWISE-seed-serving")
+    assert f"{run}.md" in (root / "README.md").read_text()
+    verdicts, output = judged(f"{run}.identity.json")
+    modes, patched = LANDING_RUNS[run]
+    tests = [
+        "test_stock_is_reproducible",
+        "test_stock_is_not_degenerate",
+        "test_serving_options_took_effect",
+        "test_negative_control_differs[control-one-seed",
+        *(f"test_identical_to_stock[{arm}" for arm in patched),
     ]
     expected = {
-        f"{test}[{prefix}{cell}]"
-        for cell in cells
-        for test, prefix in (
-            ("test_stock_is_reproducible", ""),
-            ("test_stock_is_not_degenerate", ""),
-            ("test_serving_options_took_effect", ""),
-            ("test_identical_to_stock", "reset-kernel-"),
-            ("test_negative_control_differs", "control-one-seed-"),
-        )
+        f"{test}-{runner}-{mode}]" if "[" in test else f"{test}[{runner}-{mode}]"
+        for test in tests
+        for runner in ("v1", "v2")
+        for mode in modes
     }
     expected |= {"test_engagement_line[v1]", "test_engagement_line[v2]"}
     assert verdicts == dict.fromkeys(expected, "PASSED"), output[-3000:]
