@@ -35,6 +35,7 @@ CITING = (
     "bench/README.md",
     "bench/results/engine-nvidia-h200x2-20261130.md",
     "tests/gpu/vllm/README.md",
+    "tests/gpu/results/runs.md",
 )
 # A path after "<commit>:" is in the history, not the tree.
 _CITED = re.compile(r"(?<![\w./:-])((?:\.ci|bench|tests|vllm_patch|runner_hooks)/[\w./-]*\w)")
