@@ -1,4 +1,4 @@
-"""bench/host_breakdown.py against today's runner_hooks, on the CPU: it must not rot again.
+"""bench/host_breakdown.py against runner_hooks as it is, on the CPU, so that it cannot rot.
 
 The breakdown reaches into runner_hooks' internals.  Here every name it lists
 must resolve, and every one of its steps is built and run once over a real

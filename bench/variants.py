@@ -157,7 +157,7 @@ class VariantSpec:
     name: str
     build: Callable[[int, torch.device], SeedSource]
     seed_checked: bool = True
-    """False for the floor alone: its seeds are fixed by design."""
+    """False for the two floors: their seeds are fixed by design."""
 
 
 def variant_specs() -> list[VariantSpec]:

@@ -3,15 +3,12 @@
 Stock vLLM calls `torch.randint(0, 2**32, (1,), device=...)` once per SSU
 call.  A drawer writes the values that a run of such calls would return, in
 order, advancing the device's default CUDA generator exactly as they would.
-The reset design in vLLM carries only the one-kernel drawer (core.reset):
-with randint no sync plan is as fast as stock in both eager and graph mode
-at every batch size (bench/results/nvidia-h200-20261130.summary.json, BS 1-8,
-ratio to stock: current_stream 1.014x under graphs at BS 1 and 2; single
-1.017x and 1.009x eagerly at BS 1 and 4; geometric 1.04-1.05x and per_seed
-1.16-1.23x eagerly), and mixed prefill/decode batches run the Mamba op eagerly
-even under PIECEWISE graphs.  So where the kernel cannot be built, "auto"
-prefetches nothing; the randint drawer is the forward-context design's, and
-the bench's.
+The reset design in vLLM carries only the one-kernel drawer (core.reset): with
+randint, every sync plan is slower than stock at some batch size, eagerly or
+under graphs (bench/results/sync-plan-defaults.md), and mixed prefill/decode
+batches run the Mamba op eagerly even under PIECEWISE graphs.  So where the
+kernel cannot be built, "auto" prefetches nothing; the randint drawer is the
+forward-context design's, and the bench's.
 """
 
 from __future__ import annotations

@@ -26,20 +26,12 @@ DEFAULT_SYNC_PLANS: dict[str, str] = {
     "kernel": "current_stream",
     "randint": "geometric",
 }
-"""Each drawer's plan when none is given, by measurement (bench/results,
-nvidia-h200-20261130 and -20261130b: medians with 95% intervals over 150 and
-100 shuffled rounds): with the kernel, the current stream is the fastest
-eagerly (1728 against 1815 µs for a single event on a side stream at BS 1,
-b), and under graphs it ties a single event at BS 4 and 8, is ahead at BS 2
-and 1.2 µs behind at BS 1 (b); with randint, geometric gives up a few points
-of per_seed's graph-mode gain for an eager forward far cheaper than
-per_seed's.  The patched vLLM engine agrees (graph replay time of a decode
-step, bench/results/engine-nvidia-h200x2-20261130g.md and -h.md, 10
-interleaved rounds): the kernel on a side stream with a single event was 7-13
-µs behind the current stream on both runners in run g and within 2 µs of it
-in run h, never ahead; eager forwards, which mixed prefill/decode steps are
-even under PIECEWISE graphs, are faster on the current stream.  A drawer not
-listed gets FALLBACK_SYNC_PLAN."""
+"""Each drawer's plan when none is given, by measurement: with the kernel, the
+current stream (eagerly, as mixed prefill/decode steps run the SSU even under
+PIECEWISE graphs, ahead of a single side-stream event or tied; under graphs
+within 1.5 µs of it, and never behind it in the engine); with randint, geometric
+(per_seed's graph-mode gain at a far cheaper eager forward).  The figures:
+bench/results/sync-plan-defaults.md.  A drawer not listed gets FALLBACK_SYNC_PLAN."""
 FALLBACK_SYNC_PLAN = "geometric"
 
 

@@ -35,9 +35,10 @@ CITING = (
     "bench/README.md",
     "bench/results/engine-nvidia-h200x2-20261130.md",
     "tests/gpu/vllm/README.md",
+    "tests/gpu/results/runs.md",
 )
 # A path after "<commit>:" is in the history, not the tree.
-_CITED = re.compile(r"(?<![\w./:-])((?:bench|tests|vllm_patch|runner_hooks)/[\w./-]*\w)")
+_CITED = re.compile(r"(?<![\w./:-])((?:\.ci|bench|tests|vllm_patch|runner_hooks)/[\w./-]*\w)")
 
 
 def _exists(path: str) -> bool:
@@ -59,8 +60,10 @@ def test_cited_repository_files_exist() -> None:
 
 
 def test_the_citation_check_can_fail() -> None:
-    assert _CITED.findall("see `bench/gone.py` and git show abc:bench/old.py") == ["bench/gone.py"]
-    assert not _exists("bench/gone.py") and _exists("bench/results/nvidia-h200-20261129")
+    cited = _CITED.findall("see `bench/gone.py`, .ci/gone and git show abc:bench/old.py")
+    assert cited == ["bench/gone.py", ".ci/gone"]
+    assert not _exists("bench/gone.py") and not _exists(".ci/gone")
+    assert _exists("bench/results/nvidia-h200-20261129") and _exists(".ci/run")
 
 
 def test_the_readme_cites_nothing_a_clone_lacks() -> None:

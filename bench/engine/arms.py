@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 
 class Copy(str, enum.Enum):
-    """Which vLLM tree an arm imports: a key of the `--sites` mapping."""
+    """Which vLLM tree an arm imports: a key of SR_ENGINE_SITES (client.SITES_ENV)."""
 
     STOCK = "stock"
     RESET = "reset"

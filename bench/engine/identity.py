@@ -2,10 +2,11 @@
 configuration and graph mode.
 
 `run(settings)` starts one worker per (arm, runner) (session.py; the runners
-of $SR_ENGINE_RUNNERS, both when unset), each going
-through the servings of $SR_ENGINE_SERVING (arms.SERVINGS; plain when unset)
-and, in each, the MODES of $SR_ENGINE_MODES, and returns every cell's record
-(each TP rank's state in it: worker.py's identity).  Stock leads every cell:
+of $SR_ENGINE_RUNNERS, by default those the stock copy's vLLM serves the model
+with: session.runners_of), each going through the servings of
+$SR_ENGINE_SERVING (arms.SERVINGS; plain when unset) and, in each, the MODES of
+$SR_ENGINE_MODES, and returns every cell's record (each TP rank's state in it:
+worker.py's identity).  Stock leads every cell:
 its V1 engine of a (serving, mode) starts alone, then stock's V2 engine, then
 every other arm's (`_leaders`).  Used by tests/gpu/vllm/test_engine_identity.py,
 which asserts on the records.

@@ -153,7 +153,7 @@ def init_weights(model: Any, seed: int = WEIGHT_SEED) -> int:
     scale; Mamba-2 A = -U(1, 16), dt_bias so that softplus(dt_bias) spans
     [1e-3, 0.1] (Mamba-2's initialisation), D and every norm weight 1, biases
     0.  Parameters are visited in name order and drawn from a CUDA generator
-    seeded with `seed`, so every process gets the same weights.
+    seeded with `seed`, so every process given that seed gets the same weights.
     """
     import torch
 

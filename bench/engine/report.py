@@ -181,7 +181,7 @@ def compare(stock: dict[str, Any], other: dict[str, Any]) -> str:
 
 def identity_markdown(merged: dict[str, list[dict[str, Any]]]) -> str:
     arms = [arm.name for arm in IDENTITY_ARMS if arm is not STOCK]
-    # Arms a run had that today's list does not (a diagnostic arm of the time).
+    # Arms in the records that IDENTITY_ARMS lacks (an older run's diagnostic arm).
     arms += sorted({cell.split("/")[0] for cell in merged} - {STOCK.name, *arms})
     lines = [
         "| runner | mode | stock (steps / decode steps) | " + " | ".join(arms) + " |",
@@ -509,7 +509,7 @@ def main(argv: list[str] | None = None) -> int:
         default=[],
         metavar="RUNNER=PATH",
         help="instead of --timing: a run cut off by a time limit, from its per-runner "
-        "timing-<runner>-partial.json files (the rounds each runner completed)",
+        "timing-<runner><tag>-partial.json files (the rounds each runner completed)",
     )
     parser.add_argument("--prefix", required=True, type=Path)
     parser.add_argument(

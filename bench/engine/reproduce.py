@@ -12,7 +12,7 @@ bench/results/engine-harness-history.md).  The variants:
 - reductions-tuned: without Inductor's deterministic mode, so that Inductor
   tunes reductions by timing in each process (the control: it must differ,
   or the experiment shows nothing);
-- as-run: today's settings, Inductor's deterministic mode in the compile
+- as-run: the engines' settings, Inductor's deterministic mode in the compile
   config (arms.compilation_config);
 - torch-deterministic: torch's deterministic algorithms as well, with every
   new allocation filled (NaN in floats), as the identity run has them

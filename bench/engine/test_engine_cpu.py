@@ -875,19 +875,19 @@ def judged(records: str | Path, *pytest_args: str) -> tuple[dict[str, str], str]
     return verdicts, done.stdout
 
 
-LATEST_RUN = "bench/results/engine-nvidia-h200x2-20261130e"
-"""The engine run the READMEs quote."""
+FULL_IDENTITY_RUN = "bench/results/engine-nvidia-h200x2-20261130e"
+"""The identity run of every arm, runner and graph mode that the READMEs quote."""
 
 
-def test_the_latest_engine_run_reads_as_the_readmes_say() -> None:
-    """The identity test itself, judging the committed records of LATEST_RUN
+def test_the_full_identity_run_reads_as_the_readmes_say() -> None:
+    """The identity test itself, judging the committed records of FULL_IDENTITY_RUN
     (SR_ENGINE_RECORDS): every arm identical to stock for both runners and all
     three graph modes, stock in a second process too, both negative controls
     caught, stock not degenerate, the engagement lines right."""
     root = Path(__file__).resolve().parents[2]
     for readme in ("README.md", "bench/README.md"):
-        assert f"{LATEST_RUN}.md" in (root / readme).read_text(), readme
-    verdicts, output = judged(f"{LATEST_RUN}.identity.json")
+        assert f"{FULL_IDENTITY_RUN}.md" in (root / readme).read_text(), readme
+    verdicts, output = judged(f"{FULL_IDENTITY_RUN}.identity.json")
     cells = [f"{runner}-{mode.value}" for runner in ("v1", "v2") for mode in arms.GraphMode]
     expected = {
         f"{test}[{cell}]"

@@ -6,9 +6,8 @@ prefetched seeds, eagerly and over CUDA-graph replays, and compare the states'
 raw bits.  Two kernels: `selective_state_update`, and ReplaySSM's
 `checkpointing_ssu` (vLLM 0.30+'s `selective_state_update_replayssm_flashinfer`),
 in the FlashInfer releases that have it (0.7.2 does; it builds for sm_80 on,
-rounding in software below Blackwell).  ReplaySSM's first JIT build is slow:
-on an H200 its tests took 238 s with the build, most of it the build
-(tests/gpu/results/replayssm-flashinfer-0.7.2.post1-nvidia-h200x2-20261130.log).
+rounding in software below Blackwell).  ReplaySSM's first JIT build takes
+minutes (tests/gpu/results/runs.md).
 """
 
 from __future__ import annotations

@@ -50,7 +50,7 @@ def test_forwards_on_the_default_stream_and_a_pool_stream(make_runner) -> None:
 
 
 def handle_zero_as_no_forward(self: prefetch_module.SeedPrefetch) -> torch.cuda.Event | None:
-    """The handover as it was: raw handle 0 stood for "no earlier forward"."""
+    """The handover with raw handle 0 taken for "no earlier forward": the control's bug."""
     handle = prefetch_module._current_stream_handle(self._device_index)  # type: ignore[misc]
     previous = self._eager_stream_handle or 0
     self._eager_stream_handle = handle

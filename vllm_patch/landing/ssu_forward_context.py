@@ -5,9 +5,8 @@
 def _attach_sr_seed_prefetcher(
     mamba_config: MambaConfig, kv_cache_config: KVCacheConfig, replayssm: bool
 ) -> None:
-    """Attaches a seed prefetcher to the SSU backend where it applies, else
-    none. Runs for each KV cache config (memory profiling, then the real one),
-    so it replaces whatever the previous run attached."""
+    """Attaches a seed prefetcher where it applies, replacing the previous
+    one: this runs for each KV cache config (profiling, then the real one)."""
     global _sr_seed_prefetcher
     layers = _mamba_layer_names(kv_cache_config, MAMBA2_TYPE)
     _sr_seed_prefetcher = None

@@ -2,9 +2,9 @@
 # the design's _attach_sr_seed_prefetcher. _prefetched_sr_seed is what both SSU
 # backends and both ReplaySSM calls ask; the Triton backend, and mamba_mixer2.py's
 # Triton ReplaySSM call, hand it to their kernel's wrapper, which draws when it is
-# None. MAMBA1_TYPE and MAMBA2_TYPE
-# are how the release names the Mamba types: read off initialize_mamba_ssu_backend's
-# own check (an enum from 0.21.0 on, the strings "mamba1" / "mamba2" before).
+# None. MAMBA1_TYPE and MAMBA2_TYPE are how the release names the Mamba types: read
+# off initialize_mamba_ssu_backend's own check (an enum from 0.21.0 on, the strings
+# "mamba1" / "mamba2" before).
 
 
 def _mamba_layer_names(kv_cache_config: KVCacheConfig, mamba_type: object) -> list[str]:

@@ -1,39 +1,25 @@
 """The patched vLLM engine against stock, value by value, on a GPU (vLLM 0.26.0;
 0.20.0 on V1 alone, its V2 runner refusing hybrid models).
 
-For every arm (bench/engine/arms.py: stock again in another process, patched
-with the flag off, the reset design with each drawer and the kernel drawer on a
-side stream, the forward-context design), both model runners, the three
-CUDA-graph modes and every serving configuration run (arms.SERVINGS: plain;
-async scheduling off; MTP with 3 or 7 speculative tokens; prefix caching in
-align mode; the seed document's MTP 7 + async + prefix caching), one engine
-runs the same workload as stock
-(bench/engine/worker.py: 12 requests of 5-700 prompt tokens arriving over
-the run, chunked prefill sharing steps with decodes, up to 8 running,
-temperature 1, LLM(seed=0)) and must give, step by step, the same fp16 SSM
-state of every Mamba-2 layer, and at the end the same state bytes, token ids
-and logprobs.  At SR_ENGINE_TP > 1 every rank's state is judged, each
-against stock's of the same rank: every arm must equal stock on every rank,
-and each control must differ on every rank.  "stock-again" is the positive
-control: two stock processes must compute the same bits, or a difference
-says nothing about the seeds; a cell where they do not is skipped as
-inconclusive for every other arm, and test_stock_is_reproducible fails for
-it (compiled cells agree only with
-deterministic kernels: bench/engine/arms.py, IDENTITY_ENV and
-compilation_config).  Two negative controls must differ: stock with one seed
-in every 40 XOR 1, and stock under another generator seed.  Each serving
-configuration must show its options at work in stock's record
-(test_serving_options_took_effect): prefix-cache hits on the requests that
-share a prefix, MTP drafts of K tokens; and none where the option is off.
+Each arm (bench/engine/arms.py), model runner, CUDA-graph mode (identity.MODES) and
+serving configuration run (arms.SERVINGS) gets one engine, which serves stock's
+workload (bench/engine/worker.py's identity: 12 requests of 5-700 prompt tokens
+arriving over the run, temperature 1, LLM(seed=0)) and must give, step by step,
+stock's fp16 SSM state in every Mamba-2 layer and, at the end, stock's state
+bytes, token ids and logprobs, on every TP rank.  The controls:
+- positive: "stock-again", stock in another process, must agree, or the cell is
+  skipped as inconclusive (test_stock_is_reproducible fails; compiled cells agree
+  only with deterministic kernels: arms.IDENTITY_ENV, arms.compilation_config);
+- negative: one seed in every 40 XOR 1, and another generator seed, must differ
+  on every rank;
+- each serving configuration's options must show in stock's record (prefix-cache
+  hits, MTP drafts), and none where they are off.
 
-Run on the GPU machine by tests/gpu/vllm/engine.sh, which stages the copies
-and sets SR_ENGINE_SITES; skipped elsewhere.  Records go to
-$OUT/engine/identity.json.  With SR_ENGINE_RECORDS set to such a file, or to
-a committed bench/results/engine-*.identity.json, the same verdicts are
-judged from those records instead, on any machine (no GPU needed); cells a
-run did not have are skipped.  Records are compared in report.py's compact
-form (per rank, per-step fingerprints and a hash of the state bytes; hashes
-of the token ids and logprobs).
+Run on the GPU machine by tests/gpu/vllm/engine.sh, which stages the copies and
+sets SR_ENGINE_SITES; records go to $OUT/engine/identity.json.  With
+SR_ENGINE_RECORDS naming such a file, or a committed
+bench/results/engine-*.identity.json, the same verdicts are judged from its
+records on any machine (cells it lacks skip), in report.py's compact form.
 """
 
 from __future__ import annotations
