@@ -278,8 +278,8 @@ def timing_markdown(
     for runner, result in timing["runners"].items():
         summary = result["summary"]
         figures = summary if "step" in summary else {"step": summary}
-        # The GPU's own figure first: it is the one that resolves µs.
-        order = sorted(figures, key=lambda name: (name != "replay", name))
+        # The GPU-time figures first (timing.py): the host's carry ms of noise.
+        order = sorted(figures, key=lambda name: (name not in GPU_FIGURES, name))
         for figure, per_bs in ((name, figures[name]) for name in order):
             if not any(per_bs.values()):
                 continue  # a figure no sample has (replay_s before it was measured)
@@ -306,6 +306,37 @@ def timing_markdown(
                         f"{_share(row, 'recovered_rng')} | {_predicted(predicted, arm, bs)} |"
                     )
     return "\n".join(out) + "\n"
+
+
+GPU_FIGURES = ("forward-gpu", "replay")
+"""timing.FIGURES' GPU-time figures."""
+
+
+def mixed_markdown(timing: dict[str, Any]) -> str:
+    """Per runner whose samples timed forward_gpu_s (mixed steps): how many
+    forwards it holds and how many it left out (uncovered by their spin), and
+    the medians of the steps' piecewise replays and prefill chunks."""
+    out = []
+    for runner, result in timing["runners"].items():
+        samples = [
+            sample
+            for per_arm in result.get("samples", {}).values()
+            for rows in per_arm.values()
+            for sample in rows
+            if "gpu_forwards" in sample
+        ]
+        if not samples:
+            continue
+        timed = sum(sample["gpu_forwards"] for sample in samples)
+        left_out = sum(sample["gpu_uncovered"] for sample in samples)
+        replays = statistics.median(sample["replays_per_step"] for sample in samples)
+        chunk = statistics.median(sample["prefill_tokens"] for sample in samples)
+        out.append(
+            f"- {runner}: forward-gpu over {timed} forwards, {left_out} left out (the "
+            f"host was still enqueuing when their spin ended); per step {replays:g} "
+            f"piecewise replays and a {chunk:g}-token prefill chunk (medians over samples)."
+        )
+    return "\n".join(out) + "\n" if out else ""
 
 
 def _median_us(values: list[float]) -> str:
@@ -473,10 +504,12 @@ def steps_heading(timing: dict[str, Any]) -> str:
     k = SERVING_BY_NAME[serving].speculative_tokens
     if workload == "mixed":
         return (
-            "## Mixed step time\n\nEach step prefills a chunk beside the decodes; "
-            "FULL_AND_PIECEWISE runs such a step on its piecewise graphs, the SSU eager "
-            "between them, so the forward's figure is the step's (the replays hold only "
-            "the captured pieces).\n"
+            "## Mixed step time\n\nEach step prefills a chunk beside the decodes, on "
+            "the piecewise graphs FULL_AND_PIECEWISE captured at the step's size, the SSU "
+            "eager between them. forward-gpu is the GPU time of the step's forward, its "
+            "kernels back to back behind a spin; step and forward carry the host's time. "
+            "The microbenchmark's column is its graph-mode saving at the decodes' batch "
+            "size.\n"
         )
     if k:
         return (
@@ -546,6 +579,8 @@ def main(argv: list[str] | None = None) -> int:
             + (f"\nTP {tp}: each step's figures are its slowest rank's.\n" if tp > 1 else "")
             + timing_markdown(timing, predicted)
         )
+        if mixed := mixed_markdown(timing):
+            parts.append("## Mixed steps' forwards\n\n" + mixed)
         if ranks := rank_markdown(timing):
             parts.append("## Replay per TP rank\n" + ranks)
         if any(result.get("profile") for result in timing["runners"].values()):

@@ -16,12 +16,14 @@ replies do not go there):
 
     {"op": "start", "mode": "FULL_AND_PIECEWISE", "serving": "mtp7"}   build the engine
                                                     (drops the last; serving: an
-                                                    arms.SERVINGS name, default plain)
+                                                    arms.SERVINGS name, default plain;
+                                                    step_tokens: arms.engine_kwargs')
     {"op": "identity"}                              the identity workload's record
     {"op": "decode", "bs": 4, "steps": 48, "warm": 4}   seconds per decode step (wall),
                                                     and every rank's GPU spans, merged
-    {"op": "mixed", "bs": 4, "steps": 48, "warm": 4}    the same of steps that also
-                                                    prefill a chunk
+    {"op": "mixed", "bs": 4, "steps": 12, "warm": 4}    the same of steps that also
+                                                    prefill a chunk, and the GPU time
+                                                    of as many more (Engine.mixed)
     {"op": "profile", "bs": 1, "steps": 24, "warm": 4}  rank 0's GPU kernels of those
                                                     decode steps (torch.profiler), per step
     {"op": "quit"}
@@ -436,6 +438,10 @@ class ReplaySpans:
 
     def __init__(self) -> None:
         self.pairs: list[tuple[Any, Any]] = []
+        # False: replays run as torch's, no spin and no events, only counted
+        # (untimed): the mixed workload times whole forwards (ForwardGpuSpans).
+        self.timing = True
+        self.untimed = 0
 
     def install(self) -> None:
         import torch
@@ -444,6 +450,10 @@ class ReplaySpans:
         pairs = self.pairs
 
         def replay(graph: Any) -> None:
+            if not self.timing:
+                self.untimed += 1
+                original(graph)
+                return
             start = torch.cuda.Event(enable_timing=True)
             end = torch.cuda.Event(enable_timing=True)
             torch.cuda._sleep(SPIN_CYCLES)
@@ -481,16 +491,128 @@ class RankSpans:
     def take(self) -> dict[str, Any]:
         """Per forward since the last take: its seconds, and its replays'
         (None for none); and how many replays (the GPU must be synchronized)."""
-        replays, count = self.replays.per_step(self.marks), len(self.replays.pairs)
+        replays = self.replays.per_step(self.marks)
+        count = len(self.replays.pairs) + self.replays.untimed
         self.replays.pairs.clear()
+        self.replays.untimed = 0
         self.marks = []
         return {"forward_s": self.forwards.take(), "replay_s": replays, "replays": count}
 
 
-# This process's (under TP, a rank's) timers, set by _install_spans, and
-# profiler, between _start_profile and _stop_profile.
+SPIN_CYCLES_PER_S = 2e9
+"""More GPU clock cycles per second than an H200 runs (its top SM clock is 1980
+MHz): a spin of s x SPIN_CYCLES_PER_S cycles lasts at least s seconds."""
+FORWARD_SPIN_MARGIN = 2.0
+"""A forward's spin, in multiples of the host's time in the forward before."""
+FORWARD_SPIN_FIRST_S = 0.05
+"""The first watched forward's spin, with no forward before it."""
+FORWARD_SPIN_MAX_S = 0.5
+"""The longest spin: a forward whose host time is longer is left uncovered."""
+
+
+def mamba_batch(attn_metadata: Any) -> list[int | None]:
+    """[decodes, prefills, prefill tokens] of a forward's batch, read off its
+    attn_metadata (layer name -> metadata, as both runners pass it to
+    set_forward_context) at the first layer with Mamba metadata (vLLM's
+    BaseMambaAttentionMetadata); Nones where there is none."""
+    if isinstance(attn_metadata, dict):
+        for metadata in attn_metadata.values():
+            counts = [
+                getattr(metadata, name, None)
+                for name in ("num_decodes", "num_prefills", "num_prefill_tokens")
+            ]
+            if all(isinstance(count, int) for count in counts):
+                return counts
+    return [None, None, None]
+
+
+class ForwardGpuSpans:
+    """CUDA events around each forward a model runner opens: the body of its
+    `with set_forward_context(...)` (the hooks' seed draws, the model's eager
+    kernels and piecewise replays), each behind a spin, as ReplaySpans times a
+    replay.
+
+    The spin lasts FORWARD_SPIN_MARGIN x the host's time in the forward before,
+    so the GPU reaches the start event only after the host has enqueued the
+    whole forward: the pair spans the forward's kernels back to back, not the
+    host's gaps between them.  Each forward checks that: if the start event
+    has completed by the time the host leaves the body (a sync inside it, a
+    full launch queue, a spin too short), the pair holds host time, and the
+    forward is uncovered (no figure).  While watching, each forward also
+    leaves its batch: the CUDA-graph mode it ran in, and mamba_batch's counts.
+    """
+
+    def __init__(self) -> None:
+        self.watching = False  # record each forward's batch
+        self.spinning = False  # and time it behind a spin
+        self.host_s = FORWARD_SPIN_FIRST_S / FORWARD_SPIN_MARGIN
+        self.reset()
+
+    def reset(self) -> None:
+        self.batches: list[list[Any]] = []
+        self.spans: list[tuple[Any, Any, bool] | None] = []
+
+    def spin_cycles(self) -> int:
+        """The next forward's spin (SPIN_CYCLES_PER_S cycles a second)."""
+        seconds = min(FORWARD_SPIN_MARGIN * self.host_s, FORWARD_SPIN_MAX_S)
+        return int(seconds * SPIN_CYCLES_PER_S)
+
+    def install(self, module: Any) -> None:
+        """Wraps the set_forward_context of `module`, a runner's module, which
+        its execute_model calls by that name."""
+        import torch
+
+        original = module.set_forward_context
+
+        @contextlib.contextmanager
+        def watched(attn_metadata: Any, *args: Any, **kwargs: Any) -> Iterator[Any]:
+            if not self.watching:
+                with original(attn_metadata, *args, **kwargs) as context:
+                    yield context
+                return
+            start = end = None
+            if self.spinning:
+                start = torch.cuda.Event(enable_timing=True)
+                end = torch.cuda.Event(enable_timing=True)
+                torch.cuda._sleep(self.spin_cycles())
+                start.record()
+            began = time.perf_counter()
+            with original(attn_metadata, *args, **kwargs) as context:
+                yield context
+            self.host_s = time.perf_counter() - began
+            if start is not None and end is not None:
+                covered = not start.query()
+                end.record()
+                self.spans.append((start, end, covered))
+            else:
+                self.spans.append(None)
+            mode = kwargs.get("cudagraph_runtime_mode")
+            self.batches.append([getattr(mode, "name", mode), *mamba_batch(attn_metadata)])
+
+        module.set_forward_context = watched
+
+    def take(self) -> dict[str, Any]:
+        """Per forward since the last take: its batch, and its seconds (None:
+        not spun, or uncovered); how many spun forwards were uncovered (the
+        GPU must be synchronized)."""
+        spans, batches = self.spans, self.batches
+        self.reset()
+        return {
+            "batches": batches,
+            "gpu_s": [
+                start.elapsed_time(end) / 1e3 if covered else None
+                for start, end, covered in (span or (None, None, False) for span in spans)
+            ],
+            "uncovered": sum(span is not None and not span[2] for span in spans),
+        }
+
+
+# This process's (under TP, a rank's) timers, set by _install_spans (the
+# forwards' by _watch_forwards), and profiler, between _start_profile and
+# _stop_profile.
 _REPLAYS: ReplaySpans | None = None
 _SPANS: RankSpans | None = None
+_FORWARDS: ForwardGpuSpans | None = None
 _PROFILE: Any = None
 
 
@@ -502,6 +624,27 @@ def _install_spans(worker: Any) -> None:
         _REPLAYS.install()
     _SPANS = RankSpans(_REPLAYS)
     _SPANS.install(worker)
+
+
+def _watch_forwards(worker: Any, spin: bool | None) -> None:
+    """This rank's forwards watched (ForwardGpuSpans; spin: timed behind a
+    spin too) and its replays counted untimed; spin None: neither, the decode
+    timers as they were.  The runner module's set_forward_context is wrapped
+    once per process, at the first call."""
+    global _FORWARDS
+    assert _REPLAYS is not None, "_install_spans first"
+    if _FORWARDS is None:
+        _FORWARDS = ForwardGpuSpans()
+        _FORWARDS.install(sys.modules[type(worker.model_runner).__module__])
+    _FORWARDS.reset()
+    _FORWARDS.watching, _FORWARDS.spinning = spin is not None, bool(spin)
+    _REPLAYS.timing = spin is None
+
+
+def _take_forwards(worker: Any) -> dict[str, Any]:
+    assert _FORWARDS is not None, "_watch_forwards first"
+    _synchronize(worker)
+    return _FORWARDS.take()
 
 
 def _synchronize(_worker: Any) -> None:
@@ -565,6 +708,40 @@ def merge_spans(ranks: Sequence[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def merge_forward_gpu(ranks: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """A spun burst's GPU figure from every rank's ForwardGpuSpans.take (in rank
+    order): per forward that every rank covered, the fastest rank's span (a
+    rank whose spin ends first waits, inside its span, at the forward's first
+    all-reduce for the others; the one whose spin ends last waits for none),
+    and the median of that over forwards (forward_gpu_s; at TP 1 the one
+    rank's); how many forwards it holds, and how many were left out."""
+    counts = [len(rank["gpu_s"]) for rank in ranks]
+    if len(set(counts)) > 1:
+        raise RankError(f"the ranks watched different numbers of forwards: {counts}")
+    forwards = list(zip(*(rank["gpu_s"] for rank in ranks), strict=True))
+    covered = [min(spans) for spans in forwards if None not in spans]
+    return {
+        "forward_gpu_s": _median(covered),
+        "gpu_forwards": len(covered),
+        "gpu_uncovered": len(forwards) - len(covered),
+    }
+
+
+def mixed_batch_error(batches: Sequence[Sequence[Any]], bs: int) -> str | None:
+    """Why the forwards of `batches` (ForwardGpuSpans') are not all mixed steps
+    of `bs` decodes beside a prefill chunk on piecewise graphs; None if they are."""
+    if not batches:
+        return "no forward was watched: the runner did not call its set_forward_context"
+    for index, (mode, decodes, prefills, _) in enumerate(batches):
+        if mode != "PIECEWISE" or decodes != bs or not prefills:
+            return (
+                f"forward {index} ran {decodes} decodes and {prefills} prefills in CUDA-graph "
+                f"mode {mode}: not a mixed step of {bs} decodes beside a prefill chunk on "
+                "piecewise graphs"
+            )
+    return None
+
+
 class Engine:
     def __init__(self, arm: arms.Arm, model_dir: str, tp: int = 1) -> None:
         self.arm = arm
@@ -575,7 +752,9 @@ class Engine:
         self.config = model.model_config(tp)
         self.serving = arms.PLAIN
 
-    def start(self, mode: str, serving: str = arms.PLAIN.name) -> dict:
+    def start(
+        self, mode: str, serving: str = arms.PLAIN.name, step_tokens: int | None = None
+    ) -> dict:
         from vllm import LLM
 
         self.stop()
@@ -587,7 +766,9 @@ class Engine:
             if self.serving.speculative_tokens
             else self.model_dir
         )
-        kwargs = arms.engine_kwargs(model_dir, GraphMode(mode), seed, self.tp, self.serving)
+        kwargs = arms.engine_kwargs(
+            model_dir, GraphMode(mode), seed, self.tp, self.serving, step_tokens
+        )
         kwargs.update(json.loads(os.environ.get(LLM_KWARGS_ENV) or "{}"))
         self.llm = LLM(**kwargs)
         counts = self._each_rank(_init_weights)
@@ -768,39 +949,77 @@ class Engine:
             return self._timed(engine, steps)[0]
 
     def mixed(self, bs: int, steps: int, warm: int) -> dict:
-        """As decode, with a prefill chunk in every step beside the `bs`
-        decodes: long prompts (one token to generate) queued behind the batch,
-        enough to fill each step's token budget (max_num_batched_tokens) past
-        the last timed step.  A mixed batch is no uniform decode, so under
-        FULL_AND_PIECEWISE it runs the piecewise graphs, the SSU eager."""
+        """Two bursts of `steps` steps, each with a prefill chunk beside the
+        `bs` decodes: long prompts (one token to generate) queued behind the
+        batch, enough to fill each step's token budget (max_num_batched_tokens)
+        past the last timed step.  A mixed batch is no uniform decode, so under
+        FULL_AND_PIECEWISE it runs the piecewise graphs, the SSU eager between
+        them.  The first burst gives decode's figures (replays counted, not
+        timed); the second each forward's GPU time behind a spin (forward_gpu_s:
+        ForwardGpuSpans, merge_forward_gpu).  Every forward of both must have
+        been such a step (mixed_batch_error)."""
         config = self.llm.llm_engine.vllm_config
         budget = config.scheduler_config.max_num_batched_tokens
         length = config.model_config.max_model_len - 8
-        count = math.ceil((steps + 2) * budget / length) + 1
-        with self._decoding(bs, steps, warm) as engine:
+        count = math.ceil((2 * steps + 2) * budget / length) + 1
+        with self._decoding(bs, 2 * steps, warm) as engine:
             ids = [f"p{time.monotonic_ns()}-{i}" for i in range(count)]
             long_prompts = prompts((length,) * count, self.config["vocab_size"])
             for rid, prompt in zip(ids, long_prompts, strict=True):
                 engine.add_request(rid, {"prompt_token_ids": prompt}, self._params(1, None))
             try:
-                figures, finished = self._timed(engine, steps)
+                with self._watching(spin=False):
+                    figures, finished = self._timed(engine, steps)
+                    batches = self._each_rank(_take_forwards)[0]["batches"]
+                with self._watching(spin=True):
+                    finished |= self._steps(engine, steps)
+                    spun = self._each_rank(_take_forwards)
+                # The spun steps' execute_model spans hold their spins: dropped.
+                self._each_rank(_take_spans)
             finally:
                 engine.abort_request(ids)
         done = len(finished & set(ids))
         if done == count:
             raise RuntimeError(f"all {count} prefills finished within {steps} steps: not mixed")
-        return {**figures, "prefills": count, "prefills_done": done}
+        batches += spun[0]["batches"]
+        if error := mixed_batch_error(batches, bs):
+            raise RuntimeError(error)
+        return {
+            **figures,
+            **merge_forward_gpu(spun),
+            "prefills": count,
+            "prefills_done": done,
+            "prefill_tokens": _median(batch[3] for batch in batches),
+        }
 
-    def _timed(self, engine: Any, steps: int) -> tuple[dict, set[str]]:
-        """`steps` engine steps' figures, and the requests that finished in them."""
+    @contextlib.contextmanager
+    def _watching(self, spin: bool) -> Iterator[None]:
+        """Every rank's forwards watched (and spun) while inside (_watch_forwards)."""
+        self._install_timers()
+        self._each_rank(_watch_forwards, spin)
+        try:
+            yield
+        finally:
+            self._each_rank(_watch_forwards, None)
+
+    def _install_timers(self) -> None:
         if not self.timed:  # the identity workload runs without timers
             self._each_rank(_install_spans)
             self.timed = True
-        self._each_rank(_take_spans)  # what came before
+
+    def _steps(self, engine: Any, steps: int) -> set[str]:
+        """Runs `steps` engine steps; returns the requests that finished in them."""
         finished: set[str] = set()
-        began = time.perf_counter()
         for _ in range(steps):
             finished.update(out.request_id for out in engine.step() if out.finished)
+        return finished
+
+    def _timed(self, engine: Any, steps: int) -> tuple[dict, set[str]]:
+        """`steps` engine steps' figures, and the requests that finished in them."""
+        self._install_timers()
+        self._each_rank(_take_spans)  # what came before
+        began = time.perf_counter()
+        finished = self._steps(engine, steps)
         self._each_rank(_synchronize)
         elapsed = time.perf_counter() - began
         ranks = self._each_rank(_take_spans)
