@@ -2034,7 +2034,7 @@ def test_mixed_steps_keep_a_prefill_in_every_step(monkeypatch: pytest.MonkeyPatc
     assert worker._REPLAYS.timing and not worker._FORWARDS.watching
     # A step budget larger than mixed() planned for: every prefill ends early.
     fake.budget = 10**6
-    with pytest.raises(RuntimeError, match="prefills finished within 12 steps: not mixed"):
+    with pytest.raises(RuntimeError, match="prefills finished within 24 steps: not mixed"):
         _mixed_engine(fake, monkeypatch).mixed(bs=2, steps=12, warm=0)
 
 

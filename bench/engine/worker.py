@@ -980,7 +980,7 @@ class Engine:
                 engine.abort_request(ids)
         done = len(finished & set(ids))
         if done == count:
-            raise RuntimeError(f"all {count} prefills finished within {steps} steps: not mixed")
+            raise RuntimeError(f"all {count} prefills finished within {2 * steps} steps: not mixed")
         batches += spun[0]["batches"]
         if error := mixed_batch_error(batches, bs):
             raise RuntimeError(error)
