@@ -315,7 +315,8 @@ GPU_FIGURES = ("forward-gpu", "replay")
 def mixed_markdown(timing: dict[str, Any]) -> str:
     """Per runner whose samples timed forward_gpu_s (mixed steps): how many
     forwards it holds and how many it left out (uncovered by their spin), and
-    the medians of the steps' piecewise replays and prefill chunks."""
+    the medians of the host's time in a spun forward, which the spin must
+    outlast, and of the steps' piecewise replays and prefill chunks."""
     out = []
     for runner, result in timing["runners"].items():
         samples = [
@@ -329,12 +330,14 @@ def mixed_markdown(timing: dict[str, Any]) -> str:
             continue
         timed = sum(sample["gpu_forwards"] for sample in samples)
         left_out = sum(sample["gpu_uncovered"] for sample in samples)
+        host_ms = statistics.median(sample["spun_host_s"] for sample in samples) * 1e3
         replays = statistics.median(sample["replays_per_step"] for sample in samples)
         chunk = statistics.median(sample["prefill_tokens"] for sample in samples)
         out.append(
             f"- {runner}: forward-gpu over {timed} forwards, {left_out} left out (the "
-            f"host was still enqueuing when their spin ended); per step {replays:g} "
-            f"piecewise replays and a {chunk:g}-token prefill chunk (medians over samples)."
+            f"host was still enqueuing when their spin ended); {host_ms:.1f} ms of host "
+            f"time in a spun forward, {replays:g} piecewise replays and a {chunk:g}-token "
+            "prefill chunk per step (medians over samples)."
         )
     return "\n".join(out) + "\n" if out else ""
 

@@ -1859,13 +1859,19 @@ def test_a_forward_s_gpu_time_is_its_kernels_behind_a_spin(monkeypatch) -> None:
                     gpu.synchronize()  # e.g. a .item() inside the forward
 
     forward(host_s=10e-3, gpu_s=3e-3)  # not watched: passed through
-    assert spans.take() == {"batches": [], "gpu_s": [], "uncovered": 0} and len(opened) == 1
+    assert spans.take() == {"batches": [], "host_s": [], "gpu_s": [], "uncovered": 0}
+    assert len(opened) == 1
     assert spans.spin_cycles() == worker.FORWARD_SPIN_FIRST_S * worker.SPIN_CYCLES_PER_S
 
     spans.watching = True
     forward(host_s=10e-3, gpu_s=3e-3)  # watched, not spun: its batch and host time
     gpu.synchronize()
-    assert spans.take() == {"batches": [["PIECEWISE", 2, 1, 126]], "gpu_s": [None], "uncovered": 0}
+    assert spans.take() == {
+        "batches": [["PIECEWISE", 2, 1, 126]],
+        "host_s": [pytest.approx(10e-3)],
+        "gpu_s": [None],
+        "uncovered": 0,
+    }
     assert spans.host_s == pytest.approx(10e-3)
     assert spans.spin_cycles() == pytest.approx(2 * 10e-3 * 2e9)
 
@@ -1895,15 +1901,19 @@ def test_a_forward_s_batch_is_read_off_its_mamba_metadata() -> None:
 
 
 def test_merged_gpu_spans_take_the_fastest_rank_of_each_covered_forward() -> None:
-    ranks = [{"gpu_s": [1.0, None, 3.0]}, {"gpu_s": [2.0, 2.0, 2.5]}]
+    ranks = [
+        {"gpu_s": [1.0, None, 3.0], "host_s": [5.0, 9.0, 4.0]},
+        {"gpu_s": [2.0, 2.0, 2.5], "host_s": [6.0, 1.0, 4.0]},
+    ]
     assert worker.merge_forward_gpu(ranks) == {
         "forward_gpu_s": 1.75,  # median of 1.0, 2.5: forward 1 was uncovered on rank 0
         "gpu_forwards": 2,
         "gpu_uncovered": 1,
+        "spun_host_s": 6.0,  # median of 6, 9, 4
     }
-    assert worker.merge_forward_gpu([{"gpu_s": [None]}])["forward_gpu_s"] is None
+    assert worker.merge_forward_gpu([{"gpu_s": [None], "host_s": [1.0]}])["forward_gpu_s"] is None
     with pytest.raises(worker.RankError, match=r"different numbers of forwards: \[3, 1\]"):
-        worker.merge_forward_gpu([ranks[0], {"gpu_s": [1.0]}])
+        worker.merge_forward_gpu([ranks[0], {"gpu_s": [1.0], "host_s": [1.0]}])
 
 
 @pytest.mark.parametrize(
@@ -2030,6 +2040,7 @@ def test_mixed_steps_keep_a_prefill_in_every_step(monkeypatch: pytest.MonkeyPatc
     assert got["forward_s"] == pytest.approx(fake.HOST_S)
     assert got["forward_gpu_s"] == pytest.approx(fake.GPU_S)
     assert (got["gpu_forwards"], got["gpu_uncovered"]) == (12, 0)
+    assert got["spun_host_s"] == pytest.approx(fake.HOST_S)
     # The replays are timed again after (the decode workload's timers).
     assert worker._REPLAYS.timing and not worker._FORWARDS.watching
     # A step budget larger than mixed() planned for: every prefill ends early.
@@ -2062,6 +2073,7 @@ def test_the_mixed_report_leads_with_the_gpu_figure_and_counts_its_forwards(
         "gpu_uncovered": 0,
         "replays_per_step": 49.0,
         "prefill_tokens": 126,
+        "spun_host_s": 10.5e-3,
     }
     floor = {**sample, "forward_gpu_s": 2.92e-3, "gpu_forwards": 11, "gpu_uncovered": 1}
     samples = {2: {"stock": [sample], "floor": [floor]}}
@@ -2074,7 +2086,8 @@ def test_the_mixed_report_leads_with_the_gpu_figure_and_counts_its_forwards(
     assert "| 2 | floor | 1 | 2920 n/a | 0 | 80 n/a |" in text
     assert (
         "- v1: forward-gpu over 23 forwards, 1 left out (the host was still enqueuing when "
-        "their spin ended); per step 49 piecewise replays and a 126-token prefill chunk"
+        "their spin ended); 10.5 ms of host time in a spun forward, 49 piecewise replays "
+        "and a 126-token prefill chunk per step"
     ) in text
 
 

@@ -551,6 +551,7 @@ class ForwardGpuSpans:
     def reset(self) -> None:
         self.batches: list[list[Any]] = []
         self.spans: list[tuple[Any, Any, bool] | None] = []
+        self.host_times: list[float] = []
 
     def spin_cycles(self) -> int:
         """The next forward's spin (SPIN_CYCLES_PER_S cycles a second)."""
@@ -580,6 +581,7 @@ class ForwardGpuSpans:
             with original(attn_metadata, *args, **kwargs) as context:
                 yield context
             self.host_s = time.perf_counter() - began
+            self.host_times.append(self.host_s)
             if start is not None and end is not None:
                 covered = not start.query()
                 end.record()
@@ -592,13 +594,14 @@ class ForwardGpuSpans:
         module.set_forward_context = watched
 
     def take(self) -> dict[str, Any]:
-        """Per forward since the last take: its batch, and its seconds (None:
-        not spun, or uncovered); how many spun forwards were uncovered (the
-        GPU must be synchronized)."""
-        spans, batches = self.spans, self.batches
+        """Per forward since the last take: its batch, the host's seconds in
+        its body, and its seconds (None: not spun, or uncovered); how many spun
+        forwards were uncovered (the GPU must be synchronized)."""
+        spans, batches, host_times = self.spans, self.batches, self.host_times
         self.reset()
         return {
             "batches": batches,
+            "host_s": host_times,
             "gpu_s": [
                 start.elapsed_time(end) / 1e3 if covered else None
                 for start, end, covered in (span or (None, None, False) for span in spans)
@@ -714,7 +717,9 @@ def merge_forward_gpu(ranks: Sequence[dict[str, Any]]) -> dict[str, Any]:
     rank whose spin ends first waits, inside its span, at the forward's first
     all-reduce for the others; the one whose spin ends last waits for none),
     and the median of that over forwards (forward_gpu_s; at TP 1 the one
-    rank's); how many forwards it holds, and how many were left out."""
+    rank's); how many forwards it holds, and how many were left out; and the
+    median of the host's time in a forward's body (its slowest rank's), which
+    the spin must outlast."""
     counts = [len(rank["gpu_s"]) for rank in ranks]
     if len(set(counts)) > 1:
         raise RankError(f"the ranks watched different numbers of forwards: {counts}")
@@ -724,6 +729,7 @@ def merge_forward_gpu(ranks: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "forward_gpu_s": _median(covered),
         "gpu_forwards": len(covered),
         "gpu_uncovered": len(forwards) - len(covered),
+        "spun_host_s": _median(map(max, zip(*(rank["host_s"] for rank in ranks), strict=True))),
     }
 
 
