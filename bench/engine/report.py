@@ -393,15 +393,16 @@ def _kernel(name: str) -> str:
 
 
 def profile_markdown(timing: dict[str, Any]) -> str:
-    """Per runner and batch size, each arm's GPU kernels per decode step
-    (worker.py's profile): launches and device µs in all, and the kernels
-    launched a different number of times than in stock."""
+    """Per runner and batch size, each arm's GPU kernels per step of the
+    workload (worker.py's profile): launches and device µs in all, and the
+    kernels launched a different number of times than in stock."""
+    step = f"{_steps_of(timing)[1]} step"
     out = []
     for runner, result in timing["runners"].items():
         profiles = result.get("profile") or {}
         stock = profiles.get(STOCK.name, {})
         for bs in sorted({bs for per_bs in profiles.values() for bs in per_bs}, key=int):
-            out.append(f"\n**{runner}, BS {bs}: GPU kernels per decode step** (torch.profiler)\n")
+            out.append(f"\n**{runner}, BS {bs}: GPU kernels per {step}** (torch.profiler)\n")
             out.append(
                 "| arm | launches | device µs "
                 "| kernels launched other than in stock: the arm's launches (µs) vs stock's |"
@@ -587,7 +588,9 @@ def main(argv: list[str] | None = None) -> int:
         if ranks := rank_markdown(timing):
             parts.append("## Replay per TP rank\n" + ranks)
         if any(result.get("profile") for result in timing["runners"].values()):
-            parts.append("## GPU kernels per decode step\n" + profile_markdown(timing))
+            parts.append(
+                f"## GPU kernels per {_steps_of(timing)[1]} step\n" + profile_markdown(timing)
+            )
     args.prefix.with_suffix(".md").write_text("\n".join(parts))
     return 0
 

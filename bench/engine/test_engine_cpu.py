@@ -2061,6 +2061,34 @@ def test_mixed_steps_must_run_on_piecewise_graphs(monkeypatch: pytest.MonkeyPatc
     assert not worker._FORWARDS.watching and worker._REPLAYS.timing
 
 
+def test_a_profile_of_mixed_steps_checks_they_were_mixed(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = _MixedEngine(monkeypatch, budget=128, max_model_len=1024)
+    monkeypatch.setattr(worker, "_start_profile", lambda _worker: None)
+    monkeypatch.setattr(worker, "_stop_profile", lambda _worker, steps: [["k", 1.0, 2.0]])
+    engine = _mixed_engine(fake, monkeypatch)
+    got = engine.profile(bs=2, steps=12, warm=0, workload="mixed")
+    assert got == {"steps": 12, "kernels": [["k", 1.0, 2.0]]} and len(fake.opened) == 12
+    assert worker._REPLAYS.timing and not worker._FORWARDS.watching
+    with pytest.raises(ValueError, match="profile takes the workload decode or mixed"):
+        engine.profile(bs=2, steps=12, warm=0, workload="prefill")
+    fake.budget = 2  # the decodes fill it: no prefill chunk fits beside them
+    with pytest.raises(RuntimeError, match="forward 0 ran 2 decodes and 0 prefills"):
+        engine.profile(bs=2, steps=12, warm=0, workload="mixed")
+    text = report.profile_markdown(
+        {"workload": "mixed", "runners": {"v1": {"profile": {"stock": {"2": got}}}}}
+    )
+    assert "**v1, BS 2: GPU kernels per mixed step**" in text
+
+
+def test_the_profile_takes_batch_sizes_the_workload_times(monkeypatch) -> None:
+    monkeypatch.setenv(timing.WORKLOAD_ENV, "mixed")
+    monkeypatch.setenv(session.PROFILE_ENV, "1,8")
+    with pytest.raises(ValueError, match=r"mixed timing measures \(1, 2, 4\); got \(1, 8\)"):
+        timing.Plan.from_env()
+    monkeypatch.setenv(session.PROFILE_ENV, "1,4")
+    assert timing.Plan.from_env().profile_batch_sizes == (1, 4)
+
+
 def test_the_mixed_report_leads_with_the_gpu_figure_and_counts_its_forwards(
     tmp_path: Path,
 ) -> None:

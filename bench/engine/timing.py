@@ -64,7 +64,14 @@ from .arms import (
     Runner,
 )
 from .client import WorkerError
-from .session import Settings, close_all, profile_batch_sizes_from_env, spawn_all, write_json
+from .session import (
+    PROFILE_ENV,
+    Settings,
+    close_all,
+    profile_batch_sizes_from_env,
+    spawn_all,
+    write_json,
+)
 
 
 @dataclass(frozen=True)
@@ -77,9 +84,9 @@ class Plan:
     warm: int = 4
     seed: int = 0
     batch_sizes: tuple[int, ...] = BATCH_SIZES
-    # After the rounds, each engine's GPU kernels over `steps` decode steps at
-    # these batch sizes (worker.py's profile): which kernels an arm's replay
-    # adds or drops against stock's, which the timing alone cannot say.
+    # After the rounds, each engine's GPU kernels over `steps` steps of the
+    # workload at these batch sizes (worker.py's profile): which kernels an
+    # arm adds or drops against stock's, which the timing alone cannot say.
     profile_batch_sizes: tuple[int, ...] = ()
     # The engines' serving configuration (arms.SERVINGS: mtp7 times MTP
     # verify iterations) and the steps timed: "decode", or "mixed" (a
@@ -98,6 +105,11 @@ class Plan:
         if self.workload not in WORKLOADS:
             raise ValueError(
                 f"{WORKLOAD_ENV} takes one of {', '.join(WORKLOADS)}; got {self.workload!r}"
+            )
+        if not set(self.profile_batch_sizes) <= set(self.batch_sizes):
+            raise ValueError(
+                f"{PROFILE_ENV} takes batch sizes the {self.workload} timing measures "
+                f"({', '.join(map(str, self.batch_sizes))}); got {self.profile_batch_sizes}"
             )
         if self.step_tokens is not None and SERVING_BY_NAME[self.serving].prefix_caching:
             raise ValueError(
@@ -308,7 +320,9 @@ def run(
             # A profile is a diagnosis after the rounds: its failure (the
             # profiler's, on that engine) leaves the figures as they are.
             try:
-                return worker.call("profile", bs=bs, steps=plan.steps, warm=plan.warm)
+                return worker.call(
+                    "profile", bs=bs, steps=plan.steps, warm=plan.warm, workload=plan.workload
+                )
             except WorkerError as error:
                 return {"error": str(error)}
 

@@ -26,6 +26,7 @@ replies do not go there):
                                                     of as many more (Engine.mixed)
     {"op": "profile", "bs": 1, "steps": 24, "warm": 4}  rank 0's GPU kernels of those
                                                     decode steps (torch.profiler), per step
+                                                    ("workload": "mixed": of mixed steps)
     {"op": "quit"}
 """
 
@@ -954,46 +955,55 @@ class Engine:
         with self._decoding(bs, steps, warm) as engine:
             return self._timed(engine, steps)[0]
 
-    def mixed(self, bs: int, steps: int, warm: int) -> dict:
-        """Two bursts of `steps` steps, each with a prefill chunk beside the
-        `bs` decodes: long prompts (one token to generate) queued behind the
-        batch, enough to fill each step's token budget (max_num_batched_tokens)
-        past the last timed step.  A mixed batch is no uniform decode, so under
-        FULL_AND_PIECEWISE it runs the piecewise graphs, the SSU eager between
-        them.  The first burst gives decode's figures (replays counted, not
-        timed); the second each forward's GPU time behind a spin (forward_gpu_s:
-        ForwardGpuSpans, merge_forward_gpu).  Every forward of both must have
-        been such a step (mixed_batch_error)."""
+    @contextlib.contextmanager
+    def _mixing(self, bs: int, steps: int, warm: int) -> Iterator[tuple[Any, list[str]]]:
+        """_decoding's batch with long prompts (one token to generate) queued
+        behind it, enough to fill each step's token budget
+        (max_num_batched_tokens) past the last of `steps`; yields the engine
+        and the prompts' ids, aborted on exit."""
         config = self.llm.llm_engine.vllm_config
         budget = config.scheduler_config.max_num_batched_tokens
         length = config.model_config.max_model_len - 8
-        count = math.ceil((2 * steps + 2) * budget / length) + 1
-        with self._decoding(bs, 2 * steps, warm) as engine:
+        count = math.ceil((steps + 2) * budget / length) + 1
+        with self._decoding(bs, steps, warm) as engine:
             ids = [f"p{time.monotonic_ns()}-{i}" for i in range(count)]
             long_prompts = prompts((length,) * count, self.config["vocab_size"])
             for rid, prompt in zip(ids, long_prompts, strict=True):
                 engine.add_request(rid, {"prompt_token_ids": prompt}, self._params(1, None))
             try:
-                with self._watching(spin=False):
-                    figures, finished = self._timed(engine, steps)
-                    batches = self._each_rank(_take_forwards)[0]["batches"]
-                with self._watching(spin=True):
-                    finished |= self._steps(engine, steps)
-                    spun = self._each_rank(_take_forwards)
-                # The spun steps' execute_model spans hold their spins: dropped.
-                self._each_rank(_take_spans)
+                yield engine, ids
             finally:
                 engine.abort_request(ids)
+
+    def mixed(self, bs: int, steps: int, warm: int) -> dict:
+        """Two bursts of `steps` steps, each with a prefill chunk beside the
+        `bs` decodes (_mixing).  A mixed batch is no uniform decode, so under
+        FULL_AND_PIECEWISE it runs the piecewise graphs, the SSU eager between
+        them.  The first burst gives decode's figures (replays counted, not
+        timed); the second each forward's GPU time behind a spin (forward_gpu_s:
+        ForwardGpuSpans, merge_forward_gpu).  Every forward of both must have
+        been such a step (mixed_batch_error)."""
+        with self._mixing(bs, 2 * steps, warm) as (engine, ids):
+            with self._watching(spin=False):
+                figures, finished = self._timed(engine, steps)
+                batches = self._each_rank(_take_forwards)[0]["batches"]
+            with self._watching(spin=True):
+                finished |= self._steps(engine, steps)
+                spun = self._each_rank(_take_forwards)
+            # The spun steps' execute_model spans hold their spins: dropped.
+            self._each_rank(_take_spans)
         done = len(finished & set(ids))
-        if done == count:
-            raise RuntimeError(f"all {count} prefills finished within {2 * steps} steps: not mixed")
+        if done == len(ids):
+            raise RuntimeError(
+                f"all {len(ids)} prefills finished within {2 * steps} steps: not mixed"
+            )
         batches += spun[0]["batches"]
         if error := mixed_batch_error(batches, bs):
             raise RuntimeError(error)
         return {
             **figures,
             **merge_forward_gpu(spun),
-            "prefills": count,
+            "prefills": len(ids),
             "prefills_done": done,
             "prefill_tokens": _median(batch[3] for batch in batches),
         }
@@ -1036,16 +1046,29 @@ class Engine:
         }
         return figures, finished
 
-    def profile(self, bs: int, steps: int, warm: int) -> dict:
-        """Rank 0's GPU kernels over `steps` decode steps of a batch of `bs`, as
-        torch's profiler sees them (kernels inside CUDA graph replays
-        included); every rank runs under the profiler alike."""
-        with self._decoding(bs, steps, warm) as engine:
-            self._each_rank(_start_profile)
-            for _ in range(steps):
-                engine.step()
-            kernels = self._each_rank(_stop_profile, steps)
-        return {"steps": steps, "kernels": kernels[0]}
+    def profile(self, bs: int, steps: int, warm: int, workload: str = "decode") -> dict:
+        """Rank 0's GPU kernels over `steps` decode steps of a batch of `bs`
+        (workload "mixed": steps with a prefill chunk beside them, as mixed
+        times them), as torch's profiler sees them (kernels inside CUDA graph
+        replays included); every rank runs under the profiler alike."""
+        if workload == "decode":
+            with self._decoding(bs, steps, warm) as engine:
+                kernels = self._profiled(engine, steps)
+        elif workload == "mixed":
+            with self._mixing(bs, steps, warm) as (engine, _), self._watching(spin=False):
+                kernels = self._profiled(engine, steps)
+                batches = self._each_rank(_take_forwards)[0]["batches"]
+            if error := mixed_batch_error(batches, bs):
+                raise RuntimeError(error)
+        else:
+            raise ValueError(f"profile takes the workload decode or mixed; got {workload!r}")
+        return {"steps": steps, "kernels": kernels}
+
+    def _profiled(self, engine: Any, steps: int) -> list[list[Any]]:
+        self._each_rank(_start_profile)
+        for _ in range(steps):
+            engine.step()
+        return self._each_rank(_stop_profile, steps)[0]
 
 
 def kernels_per_step(averages: Iterable[Any], steps: int) -> list[list[Any]]:
