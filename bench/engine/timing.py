@@ -153,8 +153,8 @@ WORKLOADS = ("decode", "mixed")
 # A mixed step's batch sizes: one of max_num_seqs' 8 slots prefills.
 MIXED_BATCH_SIZES = (1, 2, 4)
 # A mixed step's tokens: its decodes and a prefill chunk of the rest, on the
-# piecewise graphs captured at this size.  Small, so that the step's GPU time
-# (~the forward's at a few hundred tokens) varies by µs, not ms.
+# piecewise graphs captured at this size.  Small: the saving is per forward (N
+# seed draws) whatever the chunk, and a shorter forward varies less around it.
 MIXED_STEP_TOKENS = 128
 # Steps per burst of a mixed sample (worker.py's mixed times two bursts):
 # forward_gpu_s is a median of one forward's GPU time, as replay_s is.
