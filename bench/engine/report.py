@@ -314,9 +314,9 @@ GPU_FIGURES = ("forward-gpu", "replay")
 
 def mixed_markdown(timing: dict[str, Any]) -> str:
     """Per runner whose samples timed forward_gpu_s (mixed steps): how many
-    forwards it holds and how many it left out (uncovered by their spin), and
-    the medians of the host's time in a spun forward, which the spin must
-    outlast, and of the steps' piecewise replays and prefill chunks."""
+    forwards it holds and how many it left out (a segment uncovered by its
+    spin), and the medians of the host's time in a spun forward, which its
+    spins must outlast, and of the steps' piecewise replays and prefill chunks."""
     out = []
     for runner, result in timing["runners"].items():
         samples = [
@@ -335,7 +335,7 @@ def mixed_markdown(timing: dict[str, Any]) -> str:
         chunk = statistics.median(sample["prefill_tokens"] for sample in samples)
         out.append(
             f"- {runner}: forward-gpu over {timed} forwards, {left_out} left out (the "
-            f"host was still enqueuing when their spin ended); {host_ms:.1f} ms of host "
+            f"host was still enqueuing a segment when its spin ended); {host_ms:.1f} ms of host "
             f"time in a spun forward, {replays:g} piecewise replays and a {chunk:g}-token "
             "prefill chunk per step (medians over samples)."
         )
@@ -511,7 +511,7 @@ def steps_heading(timing: dict[str, Any]) -> str:
             "## Mixed step time\n\nEach step prefills a chunk beside the decodes, on "
             "the piecewise graphs FULL_AND_PIECEWISE captured at the step's size, the SSU "
             "eager between them. forward-gpu is the GPU time of the step's forward, its "
-            "kernels back to back behind a spin; step and forward carry the host's time. "
+            "kernels back to back behind spins; step and forward carry the host's time. "
             "The microbenchmark's column is its graph-mode saving at the decodes' batch "
             "size.\n"
         )

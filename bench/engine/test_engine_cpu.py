@@ -1766,13 +1766,15 @@ def test_a_partial_file_is_reported_as_the_steps_its_name_says(tmp_path: Path) -
 class _Gpu:
     """One CUDA stream beside the host's clock, simulated: a kernel starts once
     the host has enqueued it and the stream is free; an event completes when
-    the stream reaches it."""
+    the stream reaches it; the host blocks while `depth` launches wait."""
 
     CLOCK_HZ = 1.98e9  # the H200's top SM clock, below SPIN_CYCLES_PER_S
 
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, depth: int = 1000) -> None:
         self.host = 0.0  # the host's clock, in seconds
         self.free = 0.0  # when the stream has run all that is enqueued
+        self.depth = depth
+        self.starts: list[float] = []  # the start on the stream of each launch not started
         gpu = self
 
         class Event:
@@ -1789,7 +1791,15 @@ class _Gpu:
                 assert gpu.host >= end.at, "synchronize first"
                 return (end.at - self.at) * 1e3
 
+        class Graph:
+            """A piecewise graph: one launch of a piece's kernels."""
+
+            def replay(self) -> None:
+                gpu.kernel(gpu.piece_s)
+
+        self.piece_s = 0.0
         monkeypatch.setattr(torch.cuda, "Event", Event)
+        monkeypatch.setattr(torch.cuda, "CUDAGraph", Graph)
         monkeypatch.setattr(
             torch.cuda, "_sleep", lambda cycles: self.kernel(cycles / self.CLOCK_HZ)
         )
@@ -1799,10 +1809,27 @@ class _Gpu:
     def kernel(self, seconds: float, host_s: float = 0.0) -> None:
         """Enqueues a kernel of `seconds` after `host_s` of the host's time."""
         self.host += host_s
-        self.free = max(self.free, self.host) + seconds
+        self.starts = [start for start in self.starts if start > self.host]  # still waiting
+        if len(self.starts) >= self.depth:  # a full queue: until one launch starts
+            self.host = self.starts[len(self.starts) - self.depth]
+        start = max(self.free, self.host)
+        self.starts.append(start)
+        self.free = start + seconds
 
     def synchronize(self) -> None:
         self.host = max(self.host, self.free)
+
+    def forward(self, layers: int, host_s: float, gpu_s: float, sync_at: int = -1) -> None:
+        """A PIECEWISE forward's kernels: per layer a replayed piece, then 9
+        eager kernels, `host_s` and `gpu_s` in all; a sync after layer `sync_at`."""
+        self.piece_s = gpu_s / layers / 10
+        for layer in range(layers):
+            self.host += host_s / layers / 10
+            torch.cuda.CUDAGraph().replay()
+            for _ in range(9):
+                self.kernel(gpu_s / layers / 10, host_s=host_s / layers / 10)
+            if layer == sync_at:
+                self.synchronize()  # e.g. a .item() inside the forward
 
 
 def _runner_module(monkeypatch: pytest.MonkeyPatch) -> tuple[object, list[object]]:
@@ -1839,29 +1866,24 @@ def _mamba_metadata(decodes: int, prefills: int, prefill_tokens: int) -> dict:
     }
 
 
-def test_a_forward_s_gpu_time_is_its_kernels_behind_a_spin(monkeypatch) -> None:
-    """The spin outlasts the host's enqueuing, so the span is the kernels' GPU
-    time, not the host's; a forward the spin did not cover (a sync inside) is
-    left out; a forward that raises leaves nothing."""
+def test_a_forward_s_gpu_time_is_its_kernels_behind_spins(monkeypatch) -> None:
+    """Each segment's spin outlasts the host's enqueuing of it, so the spans
+    sum to the kernels' GPU time, not the host's; a forward a spin did not
+    cover (a sync inside) is left out; a forward that raises leaves nothing."""
     gpu = _Gpu(monkeypatch)
     module, opened = _runner_module(monkeypatch)
     spans = worker.ForwardGpuSpans()
     spans.install(module)
     piecewise = GraphMode.PIECEWISE
 
-    def forward(host_s: float, gpu_s: float, sync: bool = False, kernels: int = 20) -> None:
-        with module.set_forward_context(
-            _mamba_metadata(2, 1, 126), None, cudagraph_runtime_mode=piecewise
-        ):
-            for i in range(kernels):
-                gpu.kernel(gpu_s / kernels, host_s=host_s / kernels)
-                if sync and i == kernels // 2:
-                    gpu.synchronize()  # e.g. a .item() inside the forward
+    def forward(host_s: float, gpu_s: float, sync_at: int = -1) -> None:
+        metadata = _mamba_metadata(2, 1, 126)
+        with module.set_forward_context(metadata, None, cudagraph_runtime_mode=piecewise):
+            gpu.forward(40, host_s, gpu_s, sync_at)
 
     forward(host_s=10e-3, gpu_s=3e-3)  # not watched: passed through
-    assert spans.take() == {"batches": [], "host_s": [], "gpu_s": [], "uncovered": 0}
-    assert len(opened) == 1
-    assert spans.spin_cycles() == worker.FORWARD_SPIN_FIRST_S * worker.SPIN_CYCLES_PER_S
+    assert spans.take() == {"batches": [], "host_s": [], "segments_s": [], "uncovered": 0}
+    assert len(opened) == 1 and spans.spin_cycles(0) == worker.FORWARD_SPIN_FIRST_S * 2e9
 
     spans.watching = True
     forward(host_s=10e-3, gpu_s=3e-3)  # watched, not spun: its batch and host time
@@ -1869,16 +1891,25 @@ def test_a_forward_s_gpu_time_is_its_kernels_behind_a_spin(monkeypatch) -> None:
     assert spans.take() == {
         "batches": [["PIECEWISE", 2, 1, 126]],
         "host_s": [pytest.approx(10e-3)],
-        "gpu_s": [None],
+        "segments_s": [None],
         "uncovered": 0,
     }
-    assert spans.host_s == pytest.approx(10e-3)
-    assert spans.spin_cycles() == pytest.approx(2 * 10e-3 * 2e9)
+    # 40 replays: 5 segments of 8, each about a fifth of the host's time.
+    measured = spans.segment_host_s
+    assert measured == [pytest.approx(2e-3, rel=0.02)] * 5
+    assert spans.spin_cycles(1) == pytest.approx(2 * 2e-3 * 2e9)
+    assert spans.spin_cycles(7) == spans.spin_cycles(0)  # beyond the last: the longest
+    spans.segment_host_s = [1e-6]
+    assert spans.spin_cycles(0) == worker.FORWARD_SPIN_MIN_S * 2e9
+    spans.segment_host_s = [2.0]
+    assert spans.spin_cycles(0) == worker.FORWARD_SPIN_MAX_S * 2e9
+    spans.segment_host_s = measured
 
     spans.spinning = True
     forward(host_s=10e-3, gpu_s=3e-3)
-    forward(host_s=12e-3, gpu_s=4e-3)  # 12 ms of host time in a spin of 20 ms
-    forward(host_s=5e-3, gpu_s=3e-3, sync=True)
+    forward(host_s=10e-3, gpu_s=3e-3)
+    forward(host_s=12e-3, gpu_s=4e-3)  # a fifth more host time than the forward before
+    forward(host_s=10e-3, gpu_s=3e-3, sync_at=20)
     with (
         pytest.raises(ValueError, match="inside the forward"),
         module.set_forward_context({}, None, cudagraph_runtime_mode=piecewise),
@@ -1886,12 +1917,35 @@ def test_a_forward_s_gpu_time_is_its_kernels_behind_a_spin(monkeypatch) -> None:
         raise ValueError("inside the forward")
     gpu.synchronize()
     taken = spans.take()
-    assert taken["gpu_s"][:2] == [pytest.approx(3e-3), pytest.approx(4e-3)]
-    assert taken["gpu_s"][2] is None and taken["uncovered"] == 1
-    assert len(taken["batches"]) == 3 and len(opened) == 6
-    # A host time the longest spin cannot cover is given that spin.
-    spans.host_s = 2.0
-    assert spans.spin_cycles() == worker.FORWARD_SPIN_MAX_S * worker.SPIN_CYCLES_PER_S
+    assert [sum(s) if s else None for s in taken["segments_s"]] == [
+        pytest.approx(3e-3),
+        pytest.approx(3e-3),
+        pytest.approx(4e-3),
+        None,
+    ]
+    assert [len(s) for s in taken["segments_s"][:3]] == [5, 5, 5]
+    assert taken["uncovered"] == 1 and len(taken["batches"]) == 4 and len(opened) == 7
+
+
+def test_segments_keep_the_launch_queue_short(monkeypatch: pytest.MonkeyPatch) -> None:
+    """400 launches a forward on a stream that holds 100: a spin covers a
+    segment of 8 replays (80 launches), not the whole forward (the control)."""
+    gpu = _Gpu(monkeypatch, depth=100)
+    module, _ = _runner_module(monkeypatch)
+    spans = worker.ForwardGpuSpans()
+    spans.install(module)
+    spans.watching = spans.spinning = True
+
+    def forwards(n: int) -> list:
+        for _ in range(n):
+            with module.set_forward_context({}, None, cudagraph_runtime_mode=None):
+                gpu.forward(40, host_s=10e-3, gpu_s=3e-3)
+        gpu.synchronize()
+        return [sum(s) if s else None for s in spans.take()["segments_s"]]
+
+    assert forwards(3)[1:] == [pytest.approx(3e-3)] * 2
+    monkeypatch.setattr(worker, "FORWARD_SEGMENT_REPLAYS", 1000)  # one segment a forward
+    assert forwards(3)[1:] == [None, None]
 
 
 def test_a_forward_s_batch_is_read_off_its_mamba_metadata() -> None:
@@ -1900,20 +1954,28 @@ def test_a_forward_s_batch_is_read_off_its_mamba_metadata() -> None:
     assert worker.mamba_batch(None) == [None, None, None]
 
 
-def test_merged_gpu_spans_take_the_fastest_rank_of_each_covered_forward() -> None:
+def test_merged_gpu_spans_take_the_fastest_rank_of_each_segment() -> None:
     ranks = [
-        {"gpu_s": [1.0, None, 3.0], "host_s": [5.0, 9.0, 4.0]},
-        {"gpu_s": [2.0, 2.0, 2.5], "host_s": [6.0, 1.0, 4.0]},
+        {"segments_s": [[1.0, 2.0], None, [3.0, 1.0]], "host_s": [5.0, 9.0, 4.0]},
+        {"segments_s": [[2.0, 1.0], [2.0, 2.0], [2.5, 1.5]], "host_s": [6.0, 1.0, 4.0]},
     ]
     assert worker.merge_forward_gpu(ranks) == {
-        "forward_gpu_s": 1.75,  # median of 1.0, 2.5: forward 1 was uncovered on rank 0
+        "forward_gpu_s": 2.75,  # median of 1 + 1, 2.5 + 1: forward 1 was uncovered on rank 0
         "gpu_forwards": 2,
         "gpu_uncovered": 1,
         "spun_host_s": 6.0,  # median of 6, 9, 4
     }
-    assert worker.merge_forward_gpu([{"gpu_s": [None], "host_s": [1.0]}])["forward_gpu_s"] is None
+    uncovered = [{"segments_s": [None], "host_s": [1.0]}]
+    assert worker.merge_forward_gpu(uncovered)["forward_gpu_s"] is None
     with pytest.raises(worker.RankError, match=r"different numbers of forwards: \[3, 1\]"):
-        worker.merge_forward_gpu([ranks[0], {"gpu_s": [1.0], "host_s": [1.0]}])
+        worker.merge_forward_gpu([ranks[0], {"segments_s": [[1.0]], "host_s": [1.0]}])
+    with pytest.raises(worker.RankError, match="a forward in different segments"):
+        worker.merge_forward_gpu(
+            [
+                {"segments_s": [[1.0]], "host_s": [1.0]},
+                {"segments_s": [[1.0, 1.0]], "host_s": [1.0]},
+            ]
+        )
 
 
 @pytest.mark.parametrize(
@@ -1954,8 +2016,8 @@ def test_untimed_replays_are_counted_with_no_spin(monkeypatch: pytest.MonkeyPatc
 class _MixedEngine:
     """An LLMEngine of one rank whose every step runs one forward through the
     runner (its module's set_forward_context): the decodes, then the long
-    prompts' chunks in the rest of `budget`; each forward takes `host_s` of
-    the host's time to enqueue `gpu_s` of kernels."""
+    prompts' chunks in the rest of `budget`; each forward takes HOST_S of the
+    host's time to enqueue GPU_S of kernels, 40 piecewise replays among them."""
 
     HOST_S, GPU_S = 10e-3, 3e-3
 
@@ -1969,8 +2031,7 @@ class _MixedEngine:
         class Runner:
             def execute_model(self, attn_metadata: dict) -> None:
                 with module.set_forward_context(attn_metadata, None, cudagraph_runtime_mode=mode):
-                    for _ in range(10):
-                        gpu.kernel(cost[1] / 10, host_s=cost[0] / 10)
+                    gpu.forward(40, *cost)
 
         Runner.__module__ = module.__name__
         self.vllm_config = NS(
@@ -1983,7 +2044,6 @@ class _MixedEngine:
         self.worker = NS(rank=0, model_runner=Runner())
         for name in ("_REPLAYS", "_SPANS", "_FORWARDS"):
             monkeypatch.setattr(worker, name, None)
-        monkeypatch.setattr(torch.cuda, "CUDAGraph", type("Graph", (), {"replay": lambda g: None}))
 
     def collective_rpc(self, method, args=()):
         return [method(self.worker, *args)]
@@ -2041,6 +2101,7 @@ def test_mixed_steps_keep_a_prefill_in_every_step(monkeypatch: pytest.MonkeyPatc
     assert got["forward_gpu_s"] == pytest.approx(fake.GPU_S)
     assert (got["gpu_forwards"], got["gpu_uncovered"]) == (12, 0)
     assert got["spun_host_s"] == pytest.approx(fake.HOST_S)
+    assert got["replays_per_step"] == 40 and got["replay_s"] is None  # counted, not timed
     # The replays are timed again after (the decode workload's timers).
     assert worker._REPLAYS.timing and not worker._FORWARDS.watching
     # A step budget larger than mixed() planned for: every prefill ends early.
@@ -2113,9 +2174,9 @@ def test_the_mixed_report_leads_with_the_gpu_figure_and_counts_its_forwards(
     assert tables == sorted(tables) and "**v1, replay**" not in text
     assert "| 2 | floor | 1 | 2920 n/a | 0 | 80 n/a |" in text
     assert (
-        "- v1: forward-gpu over 23 forwards, 1 left out (the host was still enqueuing when "
-        "their spin ended); 10.5 ms of host time in a spun forward, 49 piecewise replays "
-        "and a 126-token prefill chunk per step"
+        "- v1: forward-gpu over 23 forwards, 1 left out (the host was still enqueuing a "
+        "segment when its spin ended); 10.5 ms of host time in a spun forward, 49 piecewise "
+        "replays and a 126-token prefill chunk per step"
     ) in text
 
 

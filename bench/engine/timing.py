@@ -18,9 +18,10 @@ configuration, or mixed steps (a prefill chunk beside the decodes: Plan):
   times;
 - forward_gpu_s (mixed steps): the median over the steps of the forward's GPU
   time (the runner's `with set_forward_context(...)`: the seed draws, the
-  piecewise replays and the eager SSU between them) behind a spin that lets
-  the host enqueue the whole forward first (worker.py's ForwardGpuSpans): the
-  forward's kernels back to back, as replay_s times a FULL graph's.
+  piecewise replays and the eager SSU between them), timed in segments, each
+  behind a spin that lets the host enqueue it first (worker.py's
+  ForwardGpuSpans): the forward's kernels back to back, as replay_s times a
+  FULL graph's.
 Under TP every rank times its own forwards and replays; a step's figure is
 its slowest rank's (worker.py's merge_spans: the ranks wait for each other in
 every all-reduce; forward_gpu_s is the fastest's: merge_forward_gpu), and a

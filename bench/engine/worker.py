@@ -503,12 +503,22 @@ class RankSpans:
 SPIN_CYCLES_PER_S = 2e9
 """More GPU clock cycles per second than an H200 runs (its top SM clock is 1980
 MHz): a spin of s x SPIN_CYCLES_PER_S cycles lasts at least s seconds."""
+FORWARD_SEGMENT_REPLAYS = 8
+"""A spun forward is timed in segments of this many CUDA graph replays and the
+eager kernels after them (a PIECEWISE forward replays a piece between every two
+of its attention and Mamba-2 layers, whose kernels run eagerly), each behind a
+spin of its own: the host enqueues at most a segment ahead of the GPU, well
+short of the about 1000 launches a stream holds before the host blocks."""
 FORWARD_SPIN_MARGIN = 2.0
-"""A forward's spin, in multiples of the host's time in the forward before."""
+"""A segment's spin, in multiples of the host's time in that segment of the
+forward before."""
+FORWARD_SPIN_MIN_S = 1e-3
+"""The shortest spin: a host pause (a garbage collection) up to about this long
+still leaves the segment covered."""
 FORWARD_SPIN_FIRST_S = 0.05
-"""The first watched forward's spin, with no forward before it."""
+"""The spin of a segment no forward before has timed."""
 FORWARD_SPIN_MAX_S = 0.5
-"""The longest spin: a forward whose host time is longer is left uncovered."""
+"""The longest spin: a segment whose host time is longer is left uncovered."""
 
 
 def mamba_batch(attn_metadata: Any) -> list[int | None]:
@@ -530,41 +540,50 @@ def mamba_batch(attn_metadata: Any) -> list[int | None]:
 class ForwardGpuSpans:
     """CUDA events around each forward a model runner opens: the body of its
     `with set_forward_context(...)` (the hooks' seed draws, the model's eager
-    kernels and piecewise replays), each behind a spin, as ReplaySpans times a
-    replay.
+    kernels and piecewise replays), in segments (FORWARD_SEGMENT_REPLAYS), each
+    behind a spin, as ReplaySpans times a replay.
 
-    The spin lasts FORWARD_SPIN_MARGIN x the host's time in the forward before,
-    so the GPU reaches the start event only after the host has enqueued the
-    whole forward: the pair spans the forward's kernels back to back, not the
-    host's gaps between them.  Each forward checks that: if the start event
-    has completed by the time the host leaves the body (a sync inside it, a
-    full launch queue, a spin too short), the pair holds host time, and the
-    forward is uncovered (no figure).  While watching, each forward also
-    leaves its batch: the CUDA-graph mode it ran in, and mamba_batch's counts.
+    A segment's spin lasts FORWARD_SPIN_MARGIN x the host's time in that
+    segment of the forward before, so the GPU reaches the segment's start
+    event only after the host has enqueued all of it: each pair spans the
+    segment's kernels back to back, not the host's gaps between them, and the
+    forward's GPU time is their sum.  Each segment checks that: if its start
+    event has completed by the time the host leaves it (a sync inside, a full
+    launch queue, a spin too short), the pair holds host time, and the forward
+    is uncovered (no figure).  While watching, each forward also leaves its
+    batch: the CUDA-graph mode it ran in, and mamba_batch's counts.
     """
 
     def __init__(self) -> None:
         self.watching = False  # record each forward's batch
-        self.spinning = False  # and time it behind a spin
-        self.host_s = FORWARD_SPIN_FIRST_S / FORWARD_SPIN_MARGIN
+        self.spinning = False  # and time it behind spins
+        # The host's seconds in each segment of the last watched forward.
+        self.segment_host_s: list[float] = []
+        self._inside = False
         self.reset()
 
     def reset(self) -> None:
         self.batches: list[list[Any]] = []
-        self.spans: list[tuple[Any, Any, bool] | None] = []
         self.host_times: list[float] = []
+        # Per forward: its segments' (start, end, covered); None where not spun.
+        self.segments: list[list[tuple[Any, Any, bool]] | None] = []
 
-    def spin_cycles(self) -> int:
-        """The next forward's spin (SPIN_CYCLES_PER_S cycles a second)."""
-        seconds = min(FORWARD_SPIN_MARGIN * self.host_s, FORWARD_SPIN_MAX_S)
+    def spin_cycles(self, segment: int) -> int:
+        """The spin of a forward's `segment`-th segment (SPIN_CYCLES_PER_S a second)."""
+        hosts = self.segment_host_s
+        host = hosts[segment] if segment < len(hosts) else max(hosts, default=None)
+        seconds = FORWARD_SPIN_FIRST_S if host is None else FORWARD_SPIN_MARGIN * host
+        seconds = min(max(seconds, FORWARD_SPIN_MIN_S), FORWARD_SPIN_MAX_S)
         return int(seconds * SPIN_CYCLES_PER_S)
 
     def install(self, module: Any) -> None:
         """Wraps the set_forward_context of `module`, a runner's module, which
-        its execute_model calls by that name."""
+        its execute_model calls by that name, and CUDAGraph.replay (where the
+        segments of a watched forward end)."""
         import torch
 
         original = module.set_forward_context
+        original_replay = torch.cuda.CUDAGraph.replay
 
         @contextlib.contextmanager
         def watched(attn_metadata: Any, *args: Any, **kwargs: Any) -> Iterator[Any]:
@@ -572,42 +591,86 @@ class ForwardGpuSpans:
                 with original(attn_metadata, *args, **kwargs) as context:
                     yield context
                 return
-            start = end = None
-            if self.spinning:
-                start = torch.cuda.Event(enable_timing=True)
-                end = torch.cuda.Event(enable_timing=True)
-                torch.cuda._sleep(self.spin_cycles())
-                start.record()
-            began = time.perf_counter()
-            with original(attn_metadata, *args, **kwargs) as context:
-                yield context
-            self.host_s = time.perf_counter() - began
-            self.host_times.append(self.host_s)
-            if start is not None and end is not None:
-                covered = not start.query()
-                end.record()
-                self.spans.append((start, end, covered))
-            else:
-                self.spans.append(None)
+            self._begin()
+            try:
+                with original(attn_metadata, *args, **kwargs) as context:
+                    yield context
+            finally:
+                self._inside = False
+            self._end()
             mode = kwargs.get("cudagraph_runtime_mode")
             self.batches.append([getattr(mode, "name", mode), *mamba_batch(attn_metadata)])
 
+        def replay(graph: Any) -> None:
+            if self._inside:
+                if self._replays and self._replays % FORWARD_SEGMENT_REPLAYS == 0:
+                    self._close()
+                    self._open()
+                self._replays += 1
+            original_replay(graph)
+
         module.set_forward_context = watched
+        torch.cuda.CUDAGraph.replay = replay  # type: ignore[method-assign]
+
+    def _begin(self) -> None:
+        import torch
+
+        self._pairs: list[tuple[Any, Any, bool]] = []
+        self._hosts: list[float] = []
+        self._replays = 0
+        self._inside = True
+        if self.spinning:
+            # Spins outlast the host: without a sync between forwards the GPU
+            # would fall further behind each one, until the launch queue fills.
+            torch.cuda.synchronize()
+        self._open()
+
+    def _open(self) -> None:
+        import torch
+
+        self._start = None
+        if self.spinning:
+            self._start = torch.cuda.Event(enable_timing=True)
+            torch.cuda._sleep(self.spin_cycles(len(self._hosts)))
+            self._start.record()
+        self._began = time.perf_counter()
+
+    def _close(self) -> None:
+        import torch
+
+        self._hosts.append(time.perf_counter() - self._began)
+        if self._start is not None:
+            covered = not self._start.query()
+            end = torch.cuda.Event(enable_timing=True)
+            end.record()
+            self._pairs.append((self._start, end, covered))
+
+    def _end(self) -> None:
+        self._close()
+        self.segment_host_s = self._hosts
+        self.host_times.append(sum(self._hosts))
+        self.segments.append(self._pairs if self.spinning else None)
 
     def take(self) -> dict[str, Any]:
         """Per forward since the last take: its batch, the host's seconds in
-        its body, and its seconds (None: not spun, or uncovered); how many spun
-        forwards were uncovered (the GPU must be synchronized)."""
-        spans, batches, host_times = self.spans, self.batches, self.host_times
+        its body, and its segments' seconds (None: not spun, or a segment
+        uncovered); how many spun forwards were uncovered (the GPU must be
+        synchronized)."""
+        segments, batches, host_times = self.segments, self.batches, self.host_times
         self.reset()
         return {
             "batches": batches,
             "host_s": host_times,
-            "gpu_s": [
-                start.elapsed_time(end) / 1e3 if covered else None
-                for start, end, covered in (span or (None, None, False) for span in spans)
+            "segments_s": [
+                None
+                if pairs is None or not all(covered for _, _, covered in pairs)
+                else [start.elapsed_time(end) / 1e3 for start, end, _ in pairs]
+                for pairs in segments
             ],
-            "uncovered": sum(span is not None and not span[2] for span in spans),
+            "uncovered": sum(
+                pairs is not None and not all(covered for _, _, covered in pairs)
+                for pairs in segments
+            ),
         }
 
 
@@ -714,21 +777,25 @@ def merge_spans(ranks: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 def merge_forward_gpu(ranks: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """A spun burst's GPU figure from every rank's ForwardGpuSpans.take (in rank
-    order): per forward that every rank covered, the fastest rank's span (a
-    rank whose spin ends first waits, inside its span, at the forward's first
-    all-reduce for the others; the one whose spin ends last waits for none),
-    and the median of that over forwards (forward_gpu_s; at TP 1 the one
-    rank's); how many forwards it holds, and how many were left out; and the
-    median of the host's time in a forward's body (its slowest rank's), which
-    the spin must outlast."""
-    counts = [len(rank["gpu_s"]) for rank in ranks]
+    order): per forward that every rank covered, the sum over its segments of
+    the fastest rank's span (a rank whose spin ends first waits, inside its
+    span, at the segment's first all-reduce for the others; the one whose spin
+    ends last waits for none), and the median of that over forwards
+    (forward_gpu_s; at TP 1 the one rank's); how many forwards it holds, and
+    how many were left out; and the median of the host's time in a forward's
+    body (its slowest rank's), which the spins must outlast."""
+    counts = [len(rank["segments_s"]) for rank in ranks]
     if len(set(counts)) > 1:
         raise RankError(f"the ranks watched different numbers of forwards: {counts}")
-    forwards = list(zip(*(rank["gpu_s"] for rank in ranks), strict=True))
-    covered = [min(spans) for spans in forwards if None not in spans]
+    forwards = list(zip(*(rank["segments_s"] for rank in ranks), strict=True))
+    covered = [segments for segments in forwards if None not in segments]
+    for segments in covered:
+        if len({len(spans) for spans in segments}) > 1:
+            raise RankError(f"the ranks timed a forward in different segments: {segments}")
+    totals = [sum(map(min, zip(*segments, strict=True))) for segments in covered]
     return {
-        "forward_gpu_s": _median(covered),
-        "gpu_forwards": len(covered),
+        "forward_gpu_s": _median(totals),
+        "gpu_forwards": len(totals),
         "gpu_uncovered": len(forwards) - len(covered),
         "spun_host_s": _median(map(max, zip(*(rank["host_s"] for rank in ranks), strict=True))),
     }
@@ -980,7 +1047,7 @@ class Engine:
         `bs` decodes (_mixing).  A mixed batch is no uniform decode, so under
         FULL_AND_PIECEWISE it runs the piecewise graphs, the SSU eager between
         them.  The first burst gives decode's figures (replays counted, not
-        timed); the second each forward's GPU time behind a spin (forward_gpu_s:
+        timed); the second each forward's GPU time behind spins (forward_gpu_s:
         ForwardGpuSpans, merge_forward_gpu).  Every forward of both must have
         been such a step (mixed_batch_error)."""
         with self._mixing(bs, 2 * steps, warm) as (engine, ids):
