@@ -242,14 +242,20 @@ WORKER_CLS = "bench.engine.rank_worker.RankWorker"
 
 
 def engine_kwargs(
-    model_dir: str, mode: GraphMode, seed: int = SEED, tp: int = 1, serving: Serving = PLAIN
+    model_dir: str,
+    mode: GraphMode,
+    seed: int = SEED,
+    tp: int = 1,
+    serving: Serving = PLAIN,
+    step_tokens: int | None = None,
 ) -> dict:
     """LLM(...) arguments of every run (vLLM 0.20.0 and 0.26.0 take the same):
     the FlashInfer SSU with fp16 state and stochastic rounding (5 Philox
     rounds), as the seed document serves, with graphs for batch sizes 1-8,
     over `tp` tensor-parallel ranks (one process per rank, vLLM's
     multiprocessing executor, where tp > 1), with `serving`'s options
-    (serving_kwargs).
+    (serving_kwargs) and, where given, a step budget of `step_tokens`
+    (step_tokens_kwargs).
 
     kv_cache_memory_bytes skips vLLM's memory profiling, so engines on one
     GPU can start side by side, and keeps the state small enough to hash
@@ -283,6 +289,19 @@ def engine_kwargs(
         kwargs["cudagraph_capture_sizes"] = list(BATCH_SIZES)
         kwargs["compilation_config"] = compilation_config(mode)
     kwargs.update(serving_kwargs(serving, mode))
+    if step_tokens is not None:
+        kwargs.update(step_tokens_kwargs(step_tokens, kwargs.get("cudagraph_capture_sizes")))
+    return kwargs
+
+
+def step_tokens_kwargs(step_tokens: int, capture_sizes: list[int] | None) -> dict:
+    """A step budget of `step_tokens` (max_num_batched_tokens), that size also
+    captured (beside `capture_sizes`, where graphs are): a mixed batch runs
+    vLLM's piecewise graphs, the SSU eager between them, only at a captured
+    size or below, and without graphs above the largest."""
+    kwargs: dict = {"max_num_batched_tokens": step_tokens}
+    if capture_sizes is not None:
+        kwargs["cudagraph_capture_sizes"] = sorted({*capture_sizes, step_tokens})
     return kwargs
 
 

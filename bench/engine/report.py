@@ -278,8 +278,8 @@ def timing_markdown(
     for runner, result in timing["runners"].items():
         summary = result["summary"]
         figures = summary if "step" in summary else {"step": summary}
-        # The GPU's own figure first: it is the one that resolves µs.
-        order = sorted(figures, key=lambda name: (name != "replay", name))
+        # The GPU-time figures first (timing.py): the host's carry ms of noise.
+        order = sorted(figures, key=lambda name: (name not in GPU_FIGURES, name))
         for figure, per_bs in ((name, figures[name]) for name in order):
             if not any(per_bs.values()):
                 continue  # a figure no sample has (replay_s before it was measured)
@@ -306,6 +306,40 @@ def timing_markdown(
                         f"{_share(row, 'recovered_rng')} | {_predicted(predicted, arm, bs)} |"
                     )
     return "\n".join(out) + "\n"
+
+
+GPU_FIGURES = ("forward-gpu", "replay")
+"""timing.FIGURES' GPU-time figures."""
+
+
+def mixed_markdown(timing: dict[str, Any]) -> str:
+    """Per runner whose samples timed forward_gpu_s (mixed steps): how many
+    forwards it holds and how many it left out (a segment uncovered by its
+    spin), and the medians of the host's time in a spun forward, which its
+    spins must outlast, and of the steps' piecewise replays and prefill chunks."""
+    out = []
+    for runner, result in timing["runners"].items():
+        samples = [
+            sample
+            for per_arm in result.get("samples", {}).values()
+            for rows in per_arm.values()
+            for sample in rows
+            if "gpu_forwards" in sample
+        ]
+        if not samples:
+            continue
+        timed = sum(sample["gpu_forwards"] for sample in samples)
+        left_out = sum(sample["gpu_uncovered"] for sample in samples)
+        host_ms = statistics.median(sample["spun_host_s"] for sample in samples) * 1e3
+        replays = statistics.median(sample["replays_per_step"] for sample in samples)
+        chunk = statistics.median(sample["prefill_tokens"] for sample in samples)
+        out.append(
+            f"- {runner}: forward-gpu over {timed} forwards, {left_out} left out (the "
+            f"host was still enqueuing a segment when its spin ended); {host_ms:.1f} ms of host "
+            f"time in a spun forward, {replays:g} piecewise replays and a {chunk:g}-token "
+            "prefill chunk per step (medians over samples)."
+        )
+    return "\n".join(out) + "\n" if out else ""
 
 
 def _median_us(values: list[float]) -> str:
@@ -359,15 +393,16 @@ def _kernel(name: str) -> str:
 
 
 def profile_markdown(timing: dict[str, Any]) -> str:
-    """Per runner and batch size, each arm's GPU kernels per decode step
-    (worker.py's profile): launches and device µs in all, and the kernels
-    launched a different number of times than in stock."""
+    """Per runner and batch size, each arm's GPU kernels per step of the
+    workload (worker.py's profile): launches and device µs in all, and the
+    kernels launched a different number of times than in stock."""
+    step = f"{_steps_of(timing)[1]} step"
     out = []
     for runner, result in timing["runners"].items():
         profiles = result.get("profile") or {}
         stock = profiles.get(STOCK.name, {})
         for bs in sorted({bs for per_bs in profiles.values() for bs in per_bs}, key=int):
-            out.append(f"\n**{runner}, BS {bs}: GPU kernels per decode step** (torch.profiler)\n")
+            out.append(f"\n**{runner}, BS {bs}: GPU kernels per {step}** (torch.profiler)\n")
             out.append(
                 "| arm | launches | device µs "
                 "| kernels launched other than in stock: the arm's launches (µs) vs stock's |"
@@ -473,10 +508,12 @@ def steps_heading(timing: dict[str, Any]) -> str:
     k = SERVING_BY_NAME[serving].speculative_tokens
     if workload == "mixed":
         return (
-            "## Mixed step time\n\nEach step prefills a chunk beside the decodes; "
-            "FULL_AND_PIECEWISE runs such a step on its piecewise graphs, the SSU eager "
-            "between them, so the forward's figure is the step's (the replays hold only "
-            "the captured pieces).\n"
+            "## Mixed step time\n\nEach step prefills a chunk beside the decodes, on "
+            "the piecewise graphs FULL_AND_PIECEWISE captured at the step's size, the SSU "
+            "eager between them. forward-gpu is the GPU time of the step's forward, its "
+            "kernels back to back behind spins; step and forward carry the host's time. "
+            "The microbenchmark's column is its graph-mode saving at the decodes' batch "
+            "size.\n"
         )
     if k:
         return (
@@ -546,10 +583,14 @@ def main(argv: list[str] | None = None) -> int:
             + (f"\nTP {tp}: each step's figures are its slowest rank's.\n" if tp > 1 else "")
             + timing_markdown(timing, predicted)
         )
+        if mixed := mixed_markdown(timing):
+            parts.append("## Mixed steps' forwards\n\n" + mixed)
         if ranks := rank_markdown(timing):
             parts.append("## Replay per TP rank\n" + ranks)
         if any(result.get("profile") for result in timing["runners"].values()):
-            parts.append("## GPU kernels per decode step\n" + profile_markdown(timing))
+            parts.append(
+                f"## GPU kernels per {_steps_of(timing)[1]} step\n" + profile_markdown(timing)
+            )
     args.prefix.with_suffix(".md").write_text("\n".join(parts))
     return 0
 

@@ -26,7 +26,9 @@ the worker pool: one worker per (arm, runner), started side by side.
     SR_ENGINE_TIMING_SERVING mtp7   the timing engines' serving configuration (default
                                     plain; mtp3, mtp7: MTP verify iterations)
     SR_ENGINE_WORKLOAD mixed        the timed steps: decode (default), or mixed (a
-                                    prefill chunk beside BS 1/2/4 decodes)
+                                    prefill chunk beside BS 1/2/4 decodes, a step of
+                                    timing.MIXED_STEP_TOKENS on piecewise graphs, and
+                                    the forward's GPU time: worker.py's mixed)
     SR_ENGINE_ROUNDS 10             the timing's rounds (timing.Plan.rounds)
     OUT              where results and engine logs go (default /tmp/out)
 """

@@ -1694,10 +1694,36 @@ def test_the_timing_plan_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
     plan = timing.Plan.from_env()
     assert plan.tag == "-mtp7-mixed" and plan.rounds == 3
     assert plan.batch_sizes == timing.MIXED_BATCH_SIZES == (1, 2, 4)
+    assert (plan.steps, plan.step_tokens) == (timing.MIXED_STEPS, timing.MIXED_STEP_TOKENS)
+    assert timing.Plan().step_tokens is None
     with pytest.raises(ValueError, match="SR_ENGINE_TIMING_SERVING takes one of"):
         timing.Plan(serving="mtp5")
     with pytest.raises(ValueError, match="SR_ENGINE_WORKLOAD takes one of"):
         timing.Plan(workload="prefill")
+    monkeypatch.setenv(timing.TIMING_SERVING_ENV, "prefix")
+    with pytest.raises(ValueError, match="step budget must hold a block: a step budget of 128"):
+        timing.Plan.from_env()
+
+
+@pytest.mark.parametrize(
+    ("serving", "mode", "sizes"),
+    [
+        ("plain", GraphMode.FULL_AND_PIECEWISE, [1, 2, 4, 8, 128]),
+        ("mtp7", GraphMode.FULL_AND_PIECEWISE, [8, 16, 32, 64, 128]),
+        ("plain", GraphMode.EAGER, None),
+    ],
+)
+def test_a_step_budget_is_also_a_captured_size(serving: str, mode: GraphMode, sizes) -> None:
+    """A mixed step that fills the budget runs piecewise graphs of that size."""
+    serving_ = arms.SERVING_BY_NAME[serving]
+    kwargs = arms.engine_kwargs("/m", mode, serving=serving_, step_tokens=128)
+    assert kwargs["max_num_batched_tokens"] == 128
+    assert kwargs.get("cudagraph_capture_sizes") == sizes
+    plain = arms.engine_kwargs("/m", mode, serving=serving_)
+    assert {k: v for k, v in kwargs.items() if k not in plain or plain[k] != v} == {
+        "max_num_batched_tokens": 128,
+        **({"cudagraph_capture_sizes": sizes} if sizes else {}),
+    }
 
 
 @pytest.mark.parametrize(("serving", "workload"), [("mtp7", "decode"), ("plain", "mixed")])
@@ -1705,10 +1731,14 @@ def test_the_timing_starts_its_serving_and_times_its_workload(
     tmp_path: Path, serving: str, workload: str
 ) -> None:
     calls: list[tuple[str, str, dict]] = []
-    plan = timing.Plan(rounds=2, batch_sizes=(1,), serving=serving, workload=workload)
+    step_tokens = timing.MIXED_STEP_TOKENS if workload == "mixed" else None
+    plan = timing.Plan(
+        rounds=2, batch_sizes=(1,), serving=serving, workload=workload, step_tokens=step_tokens
+    )
     settings = session.Settings({}, ("0",), tmp_path, (Runner.V1,))
     data, _ = timing.run(settings, plan, spawn=quick_spawn(calls))
-    assert {args["serving"] for _, op, args in calls if op == "start"} == {serving}
+    starts = [(args["serving"], args["step_tokens"]) for _, op, args in calls if op == "start"]
+    assert set(starts) == {(serving, step_tokens)}
     assert {op for _, op, _ in calls if op != "start"} == {workload}
     saved = json.loads((tmp_path / f"timing{plan.tag}.json").read_text())
     assert (
@@ -1742,12 +1772,277 @@ def test_a_partial_file_is_reported_as_the_steps_its_name_says(tmp_path: Path) -
         )
 
 
-class _MixedEngine:
-    """An LLMEngine whose prompts finish when prefilled at `budget` tokens a step."""
+class _Gpu:
+    """One CUDA stream beside the host's clock, simulated: a kernel starts once
+    the host has enqueued it and the stream is free; an event completes when
+    the stream reaches it; the host blocks while `depth` launches wait."""
 
-    def __init__(self, budget: int, max_model_len: int) -> None:
+    CLOCK_HZ = 1.98e9  # the H200's top SM clock, below SPIN_CYCLES_PER_S
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, depth: int = 1000) -> None:
+        self.host = 0.0  # the host's clock, in seconds
+        self.free = 0.0  # when the stream has run all that is enqueued
+        self.depth = depth
+        self.starts: list[float] = []  # the start on the stream of each launch not started
+        gpu = self
+
+        class Event:
+            def __init__(self, enable_timing: bool = False) -> None:
+                self.at = math.inf
+
+            def record(self) -> None:
+                self.at = gpu.free = max(gpu.free, gpu.host)
+
+            def query(self) -> bool:
+                return gpu.host >= self.at
+
+            def elapsed_time(self, end: Event) -> float:
+                assert gpu.host >= end.at, "synchronize first"
+                return (end.at - self.at) * 1e3
+
+        class Graph:
+            """A piecewise graph: one launch of a piece's kernels."""
+
+            def replay(self) -> None:
+                gpu.kernel(gpu.piece_s)
+
+        self.piece_s = 0.0
+        monkeypatch.setattr(torch.cuda, "Event", Event)
+        monkeypatch.setattr(torch.cuda, "CUDAGraph", Graph)
+        monkeypatch.setattr(
+            torch.cuda, "_sleep", lambda cycles: self.kernel(cycles / self.CLOCK_HZ)
+        )
+        monkeypatch.setattr(torch.cuda, "synchronize", self.synchronize)
+        monkeypatch.setattr(worker.time, "perf_counter", lambda: self.host)
+
+    def kernel(self, seconds: float, host_s: float = 0.0) -> None:
+        """Enqueues a kernel of `seconds` after `host_s` of the host's time."""
+        self.host += host_s
+        self.starts = [start for start in self.starts if start > self.host]  # still waiting
+        if len(self.starts) >= self.depth:  # a full queue: until one launch starts
+            self.host = self.starts[len(self.starts) - self.depth]
+        start = max(self.free, self.host)
+        self.starts.append(start)
+        self.free = start + seconds
+
+    def synchronize(self) -> None:
+        self.host = max(self.host, self.free)
+
+    def forward(self, layers: int, host_s: float, gpu_s: float, sync_at: int = -1) -> None:
+        """A PIECEWISE forward's kernels: per layer a replayed piece, then 9
+        eager kernels, `host_s` and `gpu_s` in all; a sync after layer `sync_at`."""
+        self.piece_s = gpu_s / layers / 10
+        for layer in range(layers):
+            self.host += host_s / layers / 10
+            torch.cuda.CUDAGraph().replay()
+            for _ in range(9):
+                self.kernel(gpu_s / layers / 10, host_s=host_s / layers / 10)
+            if layer == sync_at:
+                self.synchronize()  # e.g. a .item() inside the forward
+
+
+def _runner_module(monkeypatch: pytest.MonkeyPatch) -> tuple[object, list[object]]:
+    """A model runner's module: its set_forward_context, and every call's
+    attn_metadata (in `opened`), as the runner's module holds vLLM's."""
+    import contextlib
+    import types
+
+    module = types.ModuleType("fake_vllm_model_runner")
+    opened: list[object] = []
+
+    @contextlib.contextmanager
+    def set_forward_context(attn_metadata, vllm_config, **kwargs):
+        opened.append(attn_metadata)
+        yield
+
+    module.set_forward_context = set_forward_context
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    return module, opened
+
+
+def _mamba_metadata(decodes: int, prefills: int, prefill_tokens: int) -> dict:
+    """attn_metadata as the runners pass it: an attention layer's, then a Mamba layer's."""
+    from types import SimpleNamespace as NS
+
+    return {
+        "layers.7.mixer": NS(num_actual_tokens=decodes + prefill_tokens),
+        "layers.0.mixer": NS(
+            num_decodes=decodes,
+            num_prefills=prefills,
+            num_prefill_tokens=prefill_tokens,
+            num_decode_tokens=decodes,
+        ),
+    }
+
+
+def test_a_forward_s_gpu_time_is_its_kernels_behind_spins(monkeypatch) -> None:
+    """Each segment's spin outlasts the host's enqueuing of it, so the spans
+    sum to the kernels' GPU time, not the host's; a forward a spin did not
+    cover (a sync inside) is left out; a forward that raises leaves nothing."""
+    gpu = _Gpu(monkeypatch)
+    module, opened = _runner_module(monkeypatch)
+    spans = worker.ForwardGpuSpans()
+    spans.install(module)
+    piecewise = GraphMode.PIECEWISE
+
+    def forward(host_s: float, gpu_s: float, sync_at: int = -1) -> None:
+        metadata = _mamba_metadata(2, 1, 126)
+        with module.set_forward_context(metadata, None, cudagraph_runtime_mode=piecewise):
+            gpu.forward(40, host_s, gpu_s, sync_at)
+
+    forward(host_s=10e-3, gpu_s=3e-3)  # not watched: passed through
+    assert spans.take() == {"batches": [], "host_s": [], "segments_s": [], "uncovered": 0}
+    assert len(opened) == 1 and spans.spin_cycles(0) == worker.FORWARD_SPIN_FIRST_S * 2e9
+
+    spans.watching = True
+    forward(host_s=10e-3, gpu_s=3e-3)  # watched, not spun: its batch and host time
+    gpu.synchronize()
+    assert spans.take() == {
+        "batches": [["PIECEWISE", 2, 1, 126]],
+        "host_s": [pytest.approx(10e-3)],
+        "segments_s": [None],
+        "uncovered": 0,
+    }
+    # 40 replays: 5 segments of 8, each about a fifth of the host's time.
+    measured = spans.segment_host_s
+    assert measured == [pytest.approx(2e-3, rel=0.02)] * 5
+    assert spans.spin_cycles(1) == pytest.approx(2 * 2e-3 * 2e9)
+    assert spans.spin_cycles(7) == spans.spin_cycles(0)  # beyond the last: the longest
+    spans.segment_host_s = [1e-6]
+    assert spans.spin_cycles(0) == worker.FORWARD_SPIN_MIN_S * 2e9
+    spans.segment_host_s = [2.0]
+    assert spans.spin_cycles(0) == worker.FORWARD_SPIN_MAX_S * 2e9
+    spans.segment_host_s = measured
+
+    spans.spinning = True
+    forward(host_s=10e-3, gpu_s=3e-3)
+    forward(host_s=10e-3, gpu_s=3e-3)
+    forward(host_s=12e-3, gpu_s=4e-3)  # a fifth more host time than the forward before
+    forward(host_s=10e-3, gpu_s=3e-3, sync_at=20)
+    with (
+        pytest.raises(ValueError, match="inside the forward"),
+        module.set_forward_context({}, None, cudagraph_runtime_mode=piecewise),
+    ):
+        raise ValueError("inside the forward")
+    gpu.synchronize()
+    taken = spans.take()
+    assert [sum(s) if s else None for s in taken["segments_s"]] == [
+        pytest.approx(3e-3),
+        pytest.approx(3e-3),
+        pytest.approx(4e-3),
+        None,
+    ]
+    assert [len(s) for s in taken["segments_s"][:3]] == [5, 5, 5]
+    assert taken["uncovered"] == 1 and len(taken["batches"]) == 4 and len(opened) == 7
+
+
+def test_segments_keep_the_launch_queue_short(monkeypatch: pytest.MonkeyPatch) -> None:
+    """400 launches a forward on a stream that holds 100: a spin covers a
+    segment of 8 replays (80 launches), not the whole forward (the control)."""
+    gpu = _Gpu(monkeypatch, depth=100)
+    module, _ = _runner_module(monkeypatch)
+    spans = worker.ForwardGpuSpans()
+    spans.install(module)
+    spans.watching = spans.spinning = True
+
+    def forwards(n: int) -> list:
+        for _ in range(n):
+            with module.set_forward_context({}, None, cudagraph_runtime_mode=None):
+                gpu.forward(40, host_s=10e-3, gpu_s=3e-3)
+        gpu.synchronize()
+        return [sum(s) if s else None for s in spans.take()["segments_s"]]
+
+    assert forwards(3)[1:] == [pytest.approx(3e-3)] * 2
+    monkeypatch.setattr(worker, "FORWARD_SEGMENT_REPLAYS", 1000)  # one segment a forward
+    assert forwards(3)[1:] == [None, None]
+
+
+def test_a_forward_s_batch_is_read_off_its_mamba_metadata() -> None:
+    assert worker.mamba_batch(_mamba_metadata(4, 2, 124)) == [4, 2, 124]
+    assert worker.mamba_batch([_mamba_metadata(4, 2, 124)]) == [None, None, None]
+    assert worker.mamba_batch(None) == [None, None, None]
+
+
+def test_merged_gpu_spans_take_the_fastest_rank_of_each_segment() -> None:
+    ranks = [
+        {"segments_s": [[1.0, 2.0], None, [3.0, 1.0]], "host_s": [5.0, 9.0, 4.0]},
+        {"segments_s": [[2.0, 1.0], [2.0, 2.0], [2.5, 1.5]], "host_s": [6.0, 1.0, 4.0]},
+    ]
+    assert worker.merge_forward_gpu(ranks) == {
+        "forward_gpu_s": 2.75,  # median of 1 + 1, 2.5 + 1: forward 1 was uncovered on rank 0
+        "gpu_forwards": 2,
+        "gpu_uncovered": 1,
+        "spun_host_s": 6.0,  # median of 6, 9, 4
+    }
+    uncovered = [{"segments_s": [None], "host_s": [1.0]}]
+    assert worker.merge_forward_gpu(uncovered)["forward_gpu_s"] is None
+    with pytest.raises(worker.RankError, match=r"different numbers of forwards: \[3, 1\]"):
+        worker.merge_forward_gpu([ranks[0], {"segments_s": [[1.0]], "host_s": [1.0]}])
+    with pytest.raises(worker.RankError, match="a forward in different segments"):
+        worker.merge_forward_gpu(
+            [
+                {"segments_s": [[1.0]], "host_s": [1.0]},
+                {"segments_s": [[1.0, 1.0]], "host_s": [1.0]},
+            ]
+        )
+
+
+@pytest.mark.parametrize(
+    ("batches", "error"),
+    [
+        ([["PIECEWISE", 2, 1, 126], ["PIECEWISE", 2, 2, 126]], None),
+        ([], "no forward was watched"),
+        ([["PIECEWISE", 2, 1, 126], ["NONE", 2, 1, 254]], "forward 1 ran 2 decodes and 1 "),
+        ([["PIECEWISE", 3, 1, 125]], "ran 3 decodes"),
+        ([["PIECEWISE", 2, 0, 0]], "and 0 prefills"),
+        ([["FULL", 2, 0, 0]], "in CUDA-graph mode FULL: not a mixed step of 2 decodes"),
+    ],
+)
+def test_a_mixed_step_is_decodes_beside_a_prefill_on_piecewise_graphs(batches, error) -> None:
+    got = worker.mixed_batch_error(batches, bs=2)
+    assert got is None if error is None else error in got
+
+
+def test_untimed_replays_are_counted_with_no_spin(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[str] = []
+
+    class Graph:
+        def replay(self) -> None:
+            calls.append("replay")
+
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", Graph)
+    monkeypatch.setattr(torch.cuda, "_sleep", lambda cycles: calls.append("spin"))
+    replays = worker.ReplaySpans()
+    replays.install()
+    replays.timing = False
+    Graph().replay()
+    Graph().replay()
+    assert calls == ["replay", "replay"] and replays.pairs == [] and replays.untimed == 2
+    spans = worker.RankSpans(replays)
+    assert spans.take()["replays"] == 2 and replays.untimed == 0
+
+
+class _MixedEngine:
+    """An LLMEngine of one rank whose every step runs one forward through the
+    runner (its module's set_forward_context): the decodes, then the long
+    prompts' chunks in the rest of `budget`; each forward takes HOST_S of the
+    host's time to enqueue GPU_S of kernels, 40 piecewise replays among them."""
+
+    HOST_S, GPU_S = 10e-3, 3e-3
+
+    def __init__(self, monkeypatch, budget: int, max_model_len: int, mode=GraphMode.PIECEWISE):
         from types import SimpleNamespace as NS
 
+        self.gpu = _Gpu(monkeypatch)
+        module, self.opened = _runner_module(monkeypatch)
+        gpu, cost = self.gpu, (self.HOST_S, self.GPU_S)
+
+        class Runner:
+            def execute_model(self, attn_metadata: dict) -> None:
+                with module.set_forward_context(attn_metadata, None, cudagraph_runtime_mode=mode):
+                    gpu.forward(40, *cost)
+
+        Runner.__module__ = module.__name__
         self.vllm_config = NS(
             scheduler_config=NS(max_num_batched_tokens=budget),
             model_config=NS(max_model_len=max_model_len),
@@ -1755,10 +2050,12 @@ class _MixedEngine:
         self.budget = budget
         self.left: dict[str, int] = {}
         self.aborted: list[str] = []
-        self.workers = [NS(rank=0)]
+        self.worker = NS(rank=0, model_runner=Runner())
+        for name in ("_REPLAYS", "_SPANS", "_FORWARDS"):
+            monkeypatch.setattr(worker, name, None)
 
     def collective_rpc(self, method, args=()):
-        return [(0, {"forward_s": [1e-3], "replay_s": [None], "replays": 0})]
+        return [method(self.worker, *args)]
 
     def add_request(self, rid: str, prompt: dict, params: object) -> None:
         self.left[rid] = len(prompt["prompt_token_ids"]) if rid.startswith("p") else 10**6
@@ -1774,34 +2071,122 @@ class _MixedEngine:
     def step(self) -> list:
         from types import SimpleNamespace as NS
 
-        budget, outs = self.budget, []
+        decodes = sum(not rid.startswith("p") for rid in self.left)
+        budget, prefills, outs = self.budget - decodes, 0, []
         for rid in [r for r in self.left if r.startswith("p")]:
             take = min(budget, self.left[rid])
+            if not take:
+                break
             self.left[rid] -= take
             budget -= take
+            prefills += 1
             if not self.left[rid]:
                 del self.left[rid]
                 outs.append(NS(request_id=rid, finished=True))
+        chunk = self.budget - decodes - budget
+        self.worker.model_runner.execute_model(_mamba_metadata(decodes, prefills, chunk))
         return outs
 
 
-def test_mixed_steps_keep_a_prefill_in_every_step(monkeypatch: pytest.MonkeyPatch) -> None:
+def _mixed_engine(fake: _MixedEngine, monkeypatch: pytest.MonkeyPatch) -> worker.Engine:
     monkeypatch.setattr(worker.Engine, "_params", lambda self, max_tokens, logprobs: None)
-    monkeypatch.setattr(worker, "merge_spans", lambda ranks: {"forward_s": 1e-3})
     engine = worker.Engine(STOCK, "/m")
-    fake = _MixedEngine(budget=256, max_model_len=1024)
     engine.llm = type("LLM", (), {"llm_engine": fake})()
-    engine.timed = True
-    got = engine.mixed(bs=2, steps=24, warm=0)
-    # 26 steps' budget of 1016-token prompts, and one more: the last is still
-    # prefilling after the timed steps, and is aborted with the others.
-    assert got["prefills"] == math.ceil(26 * 256 / 1016) + 1 == 8
+    return engine
+
+
+def test_mixed_steps_keep_a_prefill_in_every_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = _MixedEngine(monkeypatch, budget=128, max_model_len=1024)
+    got = _mixed_engine(fake, monkeypatch).mixed(bs=2, steps=12, warm=0)
+    # Two bursts' budget of 1016-token prompts, and one more: the last is
+    # still prefilling after the timed steps, and is aborted with the others.
+    assert got["prefills"] == math.ceil(26 * 128 / 1016) + 1 == 5
     assert got["prefills_done"] < got["prefills"]
     assert sum(rid.startswith("p") for rid in fake.aborted) == got["prefills"]
+    assert got["prefill_tokens"] == 126 and len(fake.opened) == 24
+    # The first burst's figures are host-bound; the second's are the kernels'.
+    assert got["step_s"] == pytest.approx(fake.HOST_S, rel=0.01)  # and the last kernel's tail
+    assert got["forward_s"] == pytest.approx(fake.HOST_S)
+    assert got["forward_gpu_s"] == pytest.approx(fake.GPU_S)
+    assert (got["gpu_forwards"], got["gpu_uncovered"]) == (12, 0)
+    assert got["spun_host_s"] == pytest.approx(fake.HOST_S)
+    assert got["replays_per_step"] == 40 and got["replay_s"] is None  # counted, not timed
+    # The replays are timed again after (the decode workload's timers).
+    assert worker._REPLAYS.timing and not worker._FORWARDS.watching
     # A step budget larger than mixed() planned for: every prefill ends early.
     fake.budget = 10**6
     with pytest.raises(RuntimeError, match="prefills finished within 24 steps: not mixed"):
-        engine.mixed(bs=2, steps=24, warm=0)
+        _mixed_engine(fake, monkeypatch).mixed(bs=2, steps=12, warm=0)
+
+
+def test_mixed_steps_must_run_on_piecewise_graphs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A step larger than every captured size runs without graphs (mode NONE)."""
+    from types import SimpleNamespace as NS
+
+    fake = _MixedEngine(monkeypatch, budget=128, max_model_len=1024, mode=NS(name="NONE"))
+    with pytest.raises(
+        RuntimeError, match="forward 0 ran 2 decodes and 1 prefills in CUDA-graph mode NONE"
+    ):
+        _mixed_engine(fake, monkeypatch).mixed(bs=2, steps=12, warm=0)
+    assert not worker._FORWARDS.watching and worker._REPLAYS.timing
+
+
+def test_a_profile_of_mixed_steps_checks_they_were_mixed(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = _MixedEngine(monkeypatch, budget=128, max_model_len=1024)
+    monkeypatch.setattr(worker, "_start_profile", lambda _worker: None)
+    monkeypatch.setattr(worker, "_stop_profile", lambda _worker, steps: [["k", 1.0, 2.0]])
+    engine = _mixed_engine(fake, monkeypatch)
+    got = engine.profile(bs=2, steps=12, warm=0, workload="mixed")
+    assert got == {"steps": 12, "kernels": [["k", 1.0, 2.0]]} and len(fake.opened) == 12
+    assert worker._REPLAYS.timing and not worker._FORWARDS.watching
+    with pytest.raises(ValueError, match="profile takes the workload decode or mixed"):
+        engine.profile(bs=2, steps=12, warm=0, workload="prefill")
+    fake.budget = 2  # the decodes fill it: no prefill chunk fits beside them
+    with pytest.raises(RuntimeError, match="forward 0 ran 2 decodes and 0 prefills"):
+        engine.profile(bs=2, steps=12, warm=0, workload="mixed")
+    text = report.profile_markdown(
+        {"workload": "mixed", "runners": {"v1": {"profile": {"stock": {"2": got}}}}}
+    )
+    assert "**v1, BS 2: GPU kernels per mixed step**" in text
+
+
+def test_the_profile_takes_batch_sizes_the_workload_times(monkeypatch) -> None:
+    monkeypatch.setenv(timing.WORKLOAD_ENV, "mixed")
+    monkeypatch.setenv(session.PROFILE_ENV, "1,8")
+    with pytest.raises(ValueError, match=r"mixed timing measures \(1, 2, 4\); got \(1, 8\)"):
+        timing.Plan.from_env()
+    monkeypatch.setenv(session.PROFILE_ENV, "1,4")
+    assert timing.Plan.from_env().profile_batch_sizes == (1, 4)
+
+
+def test_the_mixed_report_leads_with_the_gpu_figure_and_counts_its_forwards(
+    tmp_path: Path,
+) -> None:
+    sample = {
+        "step_s": 12e-3,
+        "forward_s": 11e-3,
+        "replay_s": None,  # replays are counted, not timed
+        "forward_gpu_s": 3e-3,
+        "gpu_forwards": 12,
+        "gpu_uncovered": 0,
+        "replays_per_step": 49.0,
+        "prefill_tokens": 126,
+        "spun_host_s": 10.5e-3,
+    }
+    floor = {**sample, "forward_gpu_s": 2.92e-3, "gpu_forwards": 11, "gpu_uncovered": 1}
+    samples = {2: {"stock": [sample], "floor": [floor]}}
+    data = {"runners": {"v1": timing.runner_result(samples, "v1")}, "workload": "mixed"}
+    (tmp_path / "timing-mixed.json").write_text(json.dumps(data))
+    report.main(["--timing", str(tmp_path / "timing-mixed.json"), "--prefix", str(tmp_path / "r")])
+    text = (tmp_path / "r.md").read_text()
+    tables = [text.index(f"**v1, {name}**") for name in ("forward-gpu", "forward", "step")]
+    assert tables == sorted(tables) and "**v1, replay**" not in text
+    assert "| 2 | floor | 1 | 2920 n/a | 0 | 80 n/a |" in text
+    assert (
+        "- v1: forward-gpu over 23 forwards, 1 left out (the host was still enqueuing a "
+        "segment when its spin ended); 10.5 ms of host time in a spun forward, 49 piecewise "
+        "replays and a 126-token prefill chunk per step"
+    ) in text
 
 
 def test_the_timing_report_says_which_steps_it_times() -> None:

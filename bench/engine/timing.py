@@ -15,12 +15,18 @@ configuration, or mixed steps (a prefill chunk beside the decodes: Plan):
   kernels, for a graph that draws) and the graph, one launch, back to back
   behind a spin that lets the host enqueue them first: under FULL graphs, where
   the in-graph seed draws are, and what the microbenchmark's graph mode
-  times.
+  times;
+- forward_gpu_s (mixed steps): the median over the steps of the forward's GPU
+  time (the runner's `with set_forward_context(...)`: the seed draws, the
+  piecewise replays and the eager SSU between them), timed in segments, each
+  behind a spin that lets the host enqueue it first (worker.py's
+  ForwardGpuSpans): the forward's kernels back to back, as replay_s times a
+  FULL graph's.
 Under TP every rank times its own forwards and replays; a step's figure is
 its slowest rank's (worker.py's merge_spans: the ranks wait for each other in
-every all-reduce), and a sample also keeps each rank's median replay
-(rank_replay_s) and the spread between ranks (replay_spread_s), tabulated by
-report.py.
+every all-reduce; forward_gpu_s is the fastest's: merge_forward_gpu), and a
+sample also keeps each rank's median replay (rank_replay_s) and the spread
+between ranks (replay_spread_s), tabulated by report.py.
 step_s and forward_s carry the host's time (a decode step is host-bound:
 the GPU waits on the host inside execute_model), with IQRs of hundreds of µs;
 replay_s resolves µs (bench/results/engine-harness-history.md).  The engines
@@ -59,7 +65,14 @@ from .arms import (
     Runner,
 )
 from .client import WorkerError
-from .session import Settings, close_all, profile_batch_sizes_from_env, spawn_all, write_json
+from .session import (
+    PROFILE_ENV,
+    Settings,
+    close_all,
+    profile_batch_sizes_from_env,
+    spawn_all,
+    write_json,
+)
 
 
 @dataclass(frozen=True)
@@ -72,15 +85,17 @@ class Plan:
     warm: int = 4
     seed: int = 0
     batch_sizes: tuple[int, ...] = BATCH_SIZES
-    # After the rounds, each engine's GPU kernels over `steps` decode steps at
-    # these batch sizes (worker.py's profile): which kernels an arm's replay
-    # adds or drops against stock's, which the timing alone cannot say.
+    # After the rounds, each engine's GPU kernels over `steps` steps of the
+    # workload at these batch sizes (worker.py's profile): which kernels an
+    # arm adds or drops against stock's, which the timing alone cannot say.
     profile_batch_sizes: tuple[int, ...] = ()
     # The engines' serving configuration (arms.SERVINGS: mtp7 times MTP
     # verify iterations) and the steps timed: "decode", or "mixed" (a
     # prefill chunk beside the decodes: worker.py's mixed).
     serving: str = PLAIN.name
     workload: str = "decode"
+    # The engines' step budget (arms.step_tokens_kwargs); None: engine_kwargs'.
+    step_tokens: int | None = None
 
     def __post_init__(self) -> None:
         if self.serving not in SERVING_BY_NAME:
@@ -92,19 +107,35 @@ class Plan:
             raise ValueError(
                 f"{WORKLOAD_ENV} takes one of {', '.join(WORKLOADS)}; got {self.workload!r}"
             )
+        if not set(self.profile_batch_sizes) <= set(self.batch_sizes):
+            raise ValueError(
+                f"{PROFILE_ENV} takes batch sizes the {self.workload} timing measures "
+                f"({', '.join(map(str, self.batch_sizes))}); got {self.profile_batch_sizes}"
+            )
+        if self.step_tokens is not None and SERVING_BY_NAME[self.serving].prefix_caching:
+            raise ValueError(
+                f"{TIMING_SERVING_ENV}={self.serving} caches prefixes in align mode, whose "
+                f"step budget must hold a block: a step budget of {self.step_tokens} tokens "
+                f"({WORKLOAD_ENV}=mixed) cannot; time mixed steps under a serving without "
+                "prefix caching"
+            )
 
     @classmethod
     def from_env(cls) -> Plan:
         """The plan test_engine_step.py runs: SR_ENGINE_ROUNDS, SR_ENGINE_PROFILE,
         SR_ENGINE_TIMING_SERVING (default plain) and SR_ENGINE_WORKLOAD (default
-        decode; mixed times MIXED_BATCH_SIZES)."""
+        decode; mixed times MIXED_STEPS steps of MIXED_BATCH_SIZES decodes in
+        MIXED_STEP_TOKENS tokens)."""
         workload = os.environ.get(WORKLOAD_ENV) or "decode"
+        mixed = workload == "mixed"
         return cls(
             rounds=int(os.environ.get(ROUNDS_ENV) or cls.rounds),
             profile_batch_sizes=profile_batch_sizes_from_env(),
             serving=os.environ.get(TIMING_SERVING_ENV) or PLAIN.name,
             workload=workload,
-            batch_sizes=MIXED_BATCH_SIZES if workload == "mixed" else BATCH_SIZES,
+            batch_sizes=MIXED_BATCH_SIZES if mixed else BATCH_SIZES,
+            steps=MIXED_STEPS if mixed else cls.steps,
+            step_tokens=MIXED_STEP_TOKENS if mixed else None,
         )
 
     @property
@@ -122,6 +153,13 @@ WORKLOAD_ENV = "SR_ENGINE_WORKLOAD"
 WORKLOADS = ("decode", "mixed")
 # A mixed step's batch sizes: one of max_num_seqs' 8 slots prefills.
 MIXED_BATCH_SIZES = (1, 2, 4)
+# A mixed step's tokens: its decodes and a prefill chunk of the rest, on the
+# piecewise graphs captured at this size.  Small: the saving is per forward (N
+# seed draws) whatever the chunk, and a shorter forward varies less around it.
+MIXED_STEP_TOKENS = 128
+# Steps per burst of a mixed sample (worker.py's mixed times two bursts):
+# forward_gpu_s is a median of one forward's GPU time, as replay_s is.
+MIXED_STEPS = 12
 
 
 Samples = dict[int, dict[str, list[dict[str, float]]]]
@@ -236,7 +274,12 @@ def runner_result(samples: Samples, runner: str) -> dict[str, Any]:
     }
 
 
-FIGURES = {"step": "step_s", "forward": "forward_s", "replay": "replay_s"}
+FIGURES = {
+    "step": "step_s",
+    "forward": "forward_s",
+    "replay": "replay_s",
+    "forward-gpu": "forward_gpu_s",
+}
 
 
 def run(
@@ -258,7 +301,12 @@ def run(
         try:
             if isinstance(worker, Exception):
                 raise worker
-            worker.call("start", mode=GraphMode.FULL_AND_PIECEWISE.value, serving=plan.serving)
+            worker.call(
+                "start",
+                mode=GraphMode.FULL_AND_PIECEWISE.value,
+                serving=plan.serving,
+                step_tokens=plan.step_tokens,
+            )
         except Exception as error:
             failed[f"{arm.name}/{runner.value}"] = f"{type(error).__name__}: {error}"
 
@@ -273,7 +321,9 @@ def run(
             # A profile is a diagnosis after the rounds: its failure (the
             # profiler's, on that engine) leaves the figures as they are.
             try:
-                return worker.call("profile", bs=bs, steps=plan.steps, warm=plan.warm)
+                return worker.call(
+                    "profile", bs=bs, steps=plan.steps, warm=plan.warm, workload=plan.workload
+                )
             except WorkerError as error:
                 return {"error": str(error)}
 

@@ -16,14 +16,17 @@ replies do not go there):
 
     {"op": "start", "mode": "FULL_AND_PIECEWISE", "serving": "mtp7"}   build the engine
                                                     (drops the last; serving: an
-                                                    arms.SERVINGS name, default plain)
+                                                    arms.SERVINGS name, default plain;
+                                                    step_tokens: arms.engine_kwargs')
     {"op": "identity"}                              the identity workload's record
     {"op": "decode", "bs": 4, "steps": 48, "warm": 4}   seconds per decode step (wall),
                                                     and every rank's GPU spans, merged
-    {"op": "mixed", "bs": 4, "steps": 48, "warm": 4}    the same of steps that also
-                                                    prefill a chunk
+    {"op": "mixed", "bs": 4, "steps": 12, "warm": 4}    the same of steps that also
+                                                    prefill a chunk, and the GPU time
+                                                    of as many more (Engine.mixed)
     {"op": "profile", "bs": 1, "steps": 24, "warm": 4}  rank 0's GPU kernels of those
                                                     decode steps (torch.profiler), per step
+                                                    ("workload": "mixed": of mixed steps)
     {"op": "quit"}
 """
 
@@ -436,6 +439,10 @@ class ReplaySpans:
 
     def __init__(self) -> None:
         self.pairs: list[tuple[Any, Any]] = []
+        # False: replays run as torch's, no spin and no events, only counted
+        # (untimed): the mixed workload times whole forwards (ForwardGpuSpans).
+        self.timing = True
+        self.untimed = 0
 
     def install(self) -> None:
         import torch
@@ -444,6 +451,10 @@ class ReplaySpans:
         pairs = self.pairs
 
         def replay(graph: Any) -> None:
+            if not self.timing:
+                self.untimed += 1
+                original(graph)
+                return
             start = torch.cuda.Event(enable_timing=True)
             end = torch.cuda.Event(enable_timing=True)
             torch.cuda._sleep(SPIN_CYCLES)
@@ -481,16 +492,194 @@ class RankSpans:
     def take(self) -> dict[str, Any]:
         """Per forward since the last take: its seconds, and its replays'
         (None for none); and how many replays (the GPU must be synchronized)."""
-        replays, count = self.replays.per_step(self.marks), len(self.replays.pairs)
+        replays = self.replays.per_step(self.marks)
+        count = len(self.replays.pairs) + self.replays.untimed
         self.replays.pairs.clear()
+        self.replays.untimed = 0
         self.marks = []
         return {"forward_s": self.forwards.take(), "replay_s": replays, "replays": count}
 
 
-# This process's (under TP, a rank's) timers, set by _install_spans, and
-# profiler, between _start_profile and _stop_profile.
+SPIN_CYCLES_PER_S = 2e9
+"""More GPU clock cycles per second than an H200 runs (its top SM clock is 1980
+MHz): a spin of s x SPIN_CYCLES_PER_S cycles lasts at least s seconds."""
+FORWARD_SEGMENT_REPLAYS = 8
+"""A spun forward is timed in segments of this many CUDA graph replays and the
+eager kernels after them (a PIECEWISE forward replays a piece between every two
+of its attention and Mamba-2 layers, whose kernels run eagerly), each behind a
+spin of its own: the host enqueues at most a segment ahead of the GPU, well
+short of the about 1000 launches a stream holds before the host blocks."""
+FORWARD_SPIN_MARGIN = 2.0
+"""A segment's spin, in multiples of the host's time in that segment of the
+forward before."""
+FORWARD_SPIN_MIN_S = 1e-3
+"""The shortest spin: a host pause (a garbage collection) up to about this long
+still leaves the segment covered."""
+FORWARD_SPIN_FIRST_S = 0.05
+"""The spin of a segment no forward before has timed."""
+FORWARD_SPIN_MAX_S = 0.5
+"""The longest spin: a segment whose host time is longer is left uncovered."""
+
+
+def mamba_batch(attn_metadata: Any) -> list[int | None]:
+    """[decodes, prefills, prefill tokens] of a forward's batch, read off its
+    attn_metadata (layer name -> metadata, as both runners pass it to
+    set_forward_context) at the first layer with Mamba metadata (vLLM's
+    BaseMambaAttentionMetadata); Nones where there is none."""
+    if isinstance(attn_metadata, dict):
+        for metadata in attn_metadata.values():
+            counts = [
+                getattr(metadata, name, None)
+                for name in ("num_decodes", "num_prefills", "num_prefill_tokens")
+            ]
+            if all(isinstance(count, int) for count in counts):
+                return counts
+    return [None, None, None]
+
+
+class ForwardGpuSpans:
+    """CUDA events around each forward a model runner opens: the body of its
+    `with set_forward_context(...)` (the hooks' seed draws, the model's eager
+    kernels and piecewise replays), in segments (FORWARD_SEGMENT_REPLAYS), each
+    behind a spin, as ReplaySpans times a replay.
+
+    A segment's spin lasts FORWARD_SPIN_MARGIN x the host's time in that
+    segment of the forward before, so the GPU reaches the segment's start
+    event only after the host has enqueued all of it: each pair spans the
+    segment's kernels back to back, not the host's gaps between them, and the
+    forward's GPU time is their sum.  Each segment checks that: if its start
+    event has completed by the time the host leaves it (a sync inside, a full
+    launch queue, a spin too short), the pair holds host time, and the forward
+    is uncovered (no figure).  While watching, each forward also leaves its
+    batch: the CUDA-graph mode it ran in, and mamba_batch's counts.
+    """
+
+    def __init__(self) -> None:
+        self.watching = False  # record each forward's batch
+        self.spinning = False  # and time it behind spins
+        # The host's seconds in each segment of the last watched forward.
+        self.segment_host_s: list[float] = []
+        self._inside = False
+        self.reset()
+
+    def reset(self) -> None:
+        self.batches: list[list[Any]] = []
+        self.host_times: list[float] = []
+        # Per forward: its segments' (start, end, covered); None where not spun.
+        self.segments: list[list[tuple[Any, Any, bool]] | None] = []
+
+    def spin_cycles(self, segment: int) -> int:
+        """The spin of a forward's `segment`-th segment (SPIN_CYCLES_PER_S a second)."""
+        hosts = self.segment_host_s
+        host = hosts[segment] if segment < len(hosts) else max(hosts, default=None)
+        seconds = FORWARD_SPIN_FIRST_S if host is None else FORWARD_SPIN_MARGIN * host
+        seconds = min(max(seconds, FORWARD_SPIN_MIN_S), FORWARD_SPIN_MAX_S)
+        return int(seconds * SPIN_CYCLES_PER_S)
+
+    def install(self, module: Any) -> None:
+        """Wraps the set_forward_context of `module`, a runner's module, which
+        its execute_model calls by that name, and CUDAGraph.replay (where the
+        segments of a watched forward end)."""
+        import torch
+
+        original = module.set_forward_context
+        original_replay = torch.cuda.CUDAGraph.replay
+
+        @contextlib.contextmanager
+        def watched(attn_metadata: Any, *args: Any, **kwargs: Any) -> Iterator[Any]:
+            if not self.watching:
+                with original(attn_metadata, *args, **kwargs) as context:
+                    yield context
+                return
+            self._begin()
+            try:
+                with original(attn_metadata, *args, **kwargs) as context:
+                    yield context
+            finally:
+                self._inside = False
+            self._end()
+            mode = kwargs.get("cudagraph_runtime_mode")
+            self.batches.append([getattr(mode, "name", mode), *mamba_batch(attn_metadata)])
+
+        def replay(graph: Any) -> None:
+            if self._inside:
+                if self._replays and self._replays % FORWARD_SEGMENT_REPLAYS == 0:
+                    self._close()
+                    self._open()
+                self._replays += 1
+            original_replay(graph)
+
+        module.set_forward_context = watched
+        torch.cuda.CUDAGraph.replay = replay  # type: ignore[method-assign]
+
+    def _begin(self) -> None:
+        import torch
+
+        self._pairs: list[tuple[Any, Any, bool]] = []
+        self._hosts: list[float] = []
+        self._replays = 0
+        self._inside = True
+        if self.spinning:
+            # Spins outlast the host: without a sync between forwards the GPU
+            # would fall further behind each one, until the launch queue fills.
+            torch.cuda.synchronize()
+        self._open()
+
+    def _open(self) -> None:
+        import torch
+
+        self._start = None
+        if self.spinning:
+            self._start = torch.cuda.Event(enable_timing=True)
+            torch.cuda._sleep(self.spin_cycles(len(self._hosts)))
+            self._start.record()
+        self._began = time.perf_counter()
+
+    def _close(self) -> None:
+        import torch
+
+        self._hosts.append(time.perf_counter() - self._began)
+        if self._start is not None:
+            covered = not self._start.query()
+            end = torch.cuda.Event(enable_timing=True)
+            end.record()
+            self._pairs.append((self._start, end, covered))
+
+    def _end(self) -> None:
+        self._close()
+        self.segment_host_s = self._hosts
+        self.host_times.append(sum(self._hosts))
+        self.segments.append(self._pairs if self.spinning else None)
+
+    def take(self) -> dict[str, Any]:
+        """Per forward since the last take: its batch, the host's seconds in
+        its body, and its segments' seconds (None: not spun, or a segment
+        uncovered); how many spun forwards were uncovered (the GPU must be
+        synchronized)."""
+        segments, batches, host_times = self.segments, self.batches, self.host_times
+        self.reset()
+        return {
+            "batches": batches,
+            "host_s": host_times,
+            "segments_s": [
+                None
+                if pairs is None or not all(covered for _, _, covered in pairs)
+                else [start.elapsed_time(end) / 1e3 for start, end, _ in pairs]
+                for pairs in segments
+            ],
+            "uncovered": sum(
+                pairs is not None and not all(covered for _, _, covered in pairs)
+                for pairs in segments
+            ),
+        }
+
+
+# This process's (under TP, a rank's) timers, set by _install_spans (the
+# forwards' by _watch_forwards), and profiler, between _start_profile and
+# _stop_profile.
 _REPLAYS: ReplaySpans | None = None
 _SPANS: RankSpans | None = None
+_FORWARDS: ForwardGpuSpans | None = None
 _PROFILE: Any = None
 
 
@@ -502,6 +691,27 @@ def _install_spans(worker: Any) -> None:
         _REPLAYS.install()
     _SPANS = RankSpans(_REPLAYS)
     _SPANS.install(worker)
+
+
+def _watch_forwards(worker: Any, spin: bool | None) -> None:
+    """This rank's forwards watched (ForwardGpuSpans; spin: timed behind a
+    spin too) and its replays counted untimed; spin None: neither, the decode
+    timers as they were.  The runner module's set_forward_context is wrapped
+    once per process, at the first call."""
+    global _FORWARDS
+    assert _REPLAYS is not None, "_install_spans first"
+    if _FORWARDS is None:
+        _FORWARDS = ForwardGpuSpans()
+        _FORWARDS.install(sys.modules[type(worker.model_runner).__module__])
+    _FORWARDS.reset()
+    _FORWARDS.watching, _FORWARDS.spinning = spin is not None, bool(spin)
+    _REPLAYS.timing = spin is None
+
+
+def _take_forwards(worker: Any) -> dict[str, Any]:
+    assert _FORWARDS is not None, "_watch_forwards first"
+    _synchronize(worker)
+    return _FORWARDS.take()
 
 
 def _synchronize(_worker: Any) -> None:
@@ -565,6 +775,47 @@ def merge_spans(ranks: Sequence[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def merge_forward_gpu(ranks: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """A spun burst's GPU figure from every rank's ForwardGpuSpans.take (in rank
+    order): per forward that every rank covered, the sum over its segments of
+    the fastest rank's span (a rank whose spin ends first waits, inside its
+    span, at the segment's first all-reduce for the others; the one whose spin
+    ends last waits for none), and the median of that over forwards
+    (forward_gpu_s; at TP 1 the one rank's); how many forwards it holds, and
+    how many were left out; and the median of the host's time in a forward's
+    body (its slowest rank's), which the spins must outlast."""
+    counts = [len(rank["segments_s"]) for rank in ranks]
+    if len(set(counts)) > 1:
+        raise RankError(f"the ranks watched different numbers of forwards: {counts}")
+    forwards = list(zip(*(rank["segments_s"] for rank in ranks), strict=True))
+    covered = [segments for segments in forwards if None not in segments]
+    for segments in covered:
+        if len({len(spans) for spans in segments}) > 1:
+            raise RankError(f"the ranks timed a forward in different segments: {segments}")
+    totals = [sum(map(min, zip(*segments, strict=True))) for segments in covered]
+    return {
+        "forward_gpu_s": _median(totals),
+        "gpu_forwards": len(totals),
+        "gpu_uncovered": len(forwards) - len(covered),
+        "spun_host_s": _median(map(max, zip(*(rank["host_s"] for rank in ranks), strict=True))),
+    }
+
+
+def mixed_batch_error(batches: Sequence[Sequence[Any]], bs: int) -> str | None:
+    """Why the forwards of `batches` (ForwardGpuSpans') are not all mixed steps
+    of `bs` decodes beside a prefill chunk on piecewise graphs; None if they are."""
+    if not batches:
+        return "no forward was watched: the runner did not call its set_forward_context"
+    for index, (mode, decodes, prefills, _) in enumerate(batches):
+        if mode != "PIECEWISE" or decodes != bs or not prefills:
+            return (
+                f"forward {index} ran {decodes} decodes and {prefills} prefills in CUDA-graph "
+                f"mode {mode}: not a mixed step of {bs} decodes beside a prefill chunk on "
+                "piecewise graphs"
+            )
+    return None
+
+
 class Engine:
     def __init__(self, arm: arms.Arm, model_dir: str, tp: int = 1) -> None:
         self.arm = arm
@@ -575,7 +826,9 @@ class Engine:
         self.config = model.model_config(tp)
         self.serving = arms.PLAIN
 
-    def start(self, mode: str, serving: str = arms.PLAIN.name) -> dict:
+    def start(
+        self, mode: str, serving: str = arms.PLAIN.name, step_tokens: int | None = None
+    ) -> dict:
         from vllm import LLM
 
         self.stop()
@@ -587,7 +840,9 @@ class Engine:
             if self.serving.speculative_tokens
             else self.model_dir
         )
-        kwargs = arms.engine_kwargs(model_dir, GraphMode(mode), seed, self.tp, self.serving)
+        kwargs = arms.engine_kwargs(
+            model_dir, GraphMode(mode), seed, self.tp, self.serving, step_tokens
+        )
         kwargs.update(json.loads(os.environ.get(LLM_KWARGS_ENV) or "{}"))
         self.llm = LLM(**kwargs)
         counts = self._each_rank(_init_weights)
@@ -767,12 +1022,12 @@ class Engine:
         with self._decoding(bs, steps, warm) as engine:
             return self._timed(engine, steps)[0]
 
-    def mixed(self, bs: int, steps: int, warm: int) -> dict:
-        """As decode, with a prefill chunk in every step beside the `bs`
-        decodes: long prompts (one token to generate) queued behind the batch,
-        enough to fill each step's token budget (max_num_batched_tokens) past
-        the last timed step.  A mixed batch is no uniform decode, so under
-        FULL_AND_PIECEWISE it runs the piecewise graphs, the SSU eager."""
+    @contextlib.contextmanager
+    def _mixing(self, bs: int, steps: int, warm: int) -> Iterator[tuple[Any, list[str]]]:
+        """_decoding's batch with long prompts (one token to generate) queued
+        behind it, enough to fill each step's token budget
+        (max_num_batched_tokens) past the last of `steps`; yields the engine
+        and the prompts' ids, aborted on exit."""
         config = self.llm.llm_engine.vllm_config
         budget = config.scheduler_config.max_num_batched_tokens
         length = config.model_config.max_model_len - 8
@@ -783,24 +1038,71 @@ class Engine:
             for rid, prompt in zip(ids, long_prompts, strict=True):
                 engine.add_request(rid, {"prompt_token_ids": prompt}, self._params(1, None))
             try:
-                figures, finished = self._timed(engine, steps)
+                yield engine, ids
             finally:
                 engine.abort_request(ids)
-        done = len(finished & set(ids))
-        if done == count:
-            raise RuntimeError(f"all {count} prefills finished within {steps} steps: not mixed")
-        return {**figures, "prefills": count, "prefills_done": done}
 
-    def _timed(self, engine: Any, steps: int) -> tuple[dict, set[str]]:
-        """`steps` engine steps' figures, and the requests that finished in them."""
+    def mixed(self, bs: int, steps: int, warm: int) -> dict:
+        """Two bursts of `steps` steps, each with a prefill chunk beside the
+        `bs` decodes (_mixing).  A mixed batch is no uniform decode, so under
+        FULL_AND_PIECEWISE it runs the piecewise graphs, the SSU eager between
+        them.  The first burst gives decode's figures (replays counted, not
+        timed); the second each forward's GPU time behind spins (forward_gpu_s:
+        ForwardGpuSpans, merge_forward_gpu).  Every forward of both must have
+        been such a step (mixed_batch_error)."""
+        with self._mixing(bs, 2 * steps, warm) as (engine, ids):
+            with self._watching(spin=False):
+                figures, finished = self._timed(engine, steps)
+                batches = self._each_rank(_take_forwards)[0]["batches"]
+            with self._watching(spin=True):
+                finished |= self._steps(engine, steps)
+                spun = self._each_rank(_take_forwards)
+            # The spun steps' execute_model spans hold their spins: dropped.
+            self._each_rank(_take_spans)
+        done = len(finished & set(ids))
+        if done == len(ids):
+            raise RuntimeError(
+                f"all {len(ids)} prefills finished within {2 * steps} steps: not mixed"
+            )
+        batches += spun[0]["batches"]
+        if error := mixed_batch_error(batches, bs):
+            raise RuntimeError(error)
+        return {
+            **figures,
+            **merge_forward_gpu(spun),
+            "prefills": len(ids),
+            "prefills_done": done,
+            "prefill_tokens": _median(batch[3] for batch in batches),
+        }
+
+    @contextlib.contextmanager
+    def _watching(self, spin: bool) -> Iterator[None]:
+        """Every rank's forwards watched (and spun) while inside (_watch_forwards)."""
+        self._install_timers()
+        self._each_rank(_watch_forwards, spin)
+        try:
+            yield
+        finally:
+            self._each_rank(_watch_forwards, None)
+
+    def _install_timers(self) -> None:
         if not self.timed:  # the identity workload runs without timers
             self._each_rank(_install_spans)
             self.timed = True
-        self._each_rank(_take_spans)  # what came before
+
+    def _steps(self, engine: Any, steps: int) -> set[str]:
+        """Runs `steps` engine steps; returns the requests that finished in them."""
         finished: set[str] = set()
-        began = time.perf_counter()
         for _ in range(steps):
             finished.update(out.request_id for out in engine.step() if out.finished)
+        return finished
+
+    def _timed(self, engine: Any, steps: int) -> tuple[dict, set[str]]:
+        """`steps` engine steps' figures, and the requests that finished in them."""
+        self._install_timers()
+        self._each_rank(_take_spans)  # what came before
+        began = time.perf_counter()
+        finished = self._steps(engine, steps)
         self._each_rank(_synchronize)
         elapsed = time.perf_counter() - began
         ranks = self._each_rank(_take_spans)
@@ -811,16 +1113,29 @@ class Engine:
         }
         return figures, finished
 
-    def profile(self, bs: int, steps: int, warm: int) -> dict:
-        """Rank 0's GPU kernels over `steps` decode steps of a batch of `bs`, as
-        torch's profiler sees them (kernels inside CUDA graph replays
-        included); every rank runs under the profiler alike."""
-        with self._decoding(bs, steps, warm) as engine:
-            self._each_rank(_start_profile)
-            for _ in range(steps):
-                engine.step()
-            kernels = self._each_rank(_stop_profile, steps)
-        return {"steps": steps, "kernels": kernels[0]}
+    def profile(self, bs: int, steps: int, warm: int, workload: str = "decode") -> dict:
+        """Rank 0's GPU kernels over `steps` decode steps of a batch of `bs`
+        (workload "mixed": steps with a prefill chunk beside them, as mixed
+        times them), as torch's profiler sees them (kernels inside CUDA graph
+        replays included); every rank runs under the profiler alike."""
+        if workload == "decode":
+            with self._decoding(bs, steps, warm) as engine:
+                kernels = self._profiled(engine, steps)
+        elif workload == "mixed":
+            with self._mixing(bs, steps, warm) as (engine, _), self._watching(spin=False):
+                kernels = self._profiled(engine, steps)
+                batches = self._each_rank(_take_forwards)[0]["batches"]
+            if error := mixed_batch_error(batches, bs):
+                raise RuntimeError(error)
+        else:
+            raise ValueError(f"profile takes the workload decode or mixed; got {workload!r}")
+        return {"steps": steps, "kernels": kernels}
+
+    def _profiled(self, engine: Any, steps: int) -> list[list[Any]]:
+        self._each_rank(_start_profile)
+        for _ in range(steps):
+            engine.step()
+        return self._each_rank(_stop_profile, steps)[0]
 
 
 def kernels_per_step(averages: Iterable[Any], steps: int) -> list[list[Any]]:
