@@ -78,8 +78,7 @@ from .session import (
 @dataclass(frozen=True)
 class Plan:
     # replay_s, the figure that resolves µs, is a median over the sample's
-    # steps of one graph's GPU time, so 24 steps do: a sample takes ~0.5 s,
-    # 10 rounds x 8 arms x 4 batch sizes ~3 minutes per runner.
+    # steps of one graph's GPU time, so 24 steps do (a sample takes about 0.5 s).
     rounds: int = 10
     steps: int = 24
     warm: int = 4
@@ -141,7 +140,7 @@ class Plan:
     @property
     def tag(self) -> str:
         """What the run's files add to their names: "" for plain decode
-        steps (timing.json, as before the servings), else e.g. "-mtp7"."""
+        decode steps (timing.json), else e.g. "-mtp7" or "-mixed"."""
         parts = [self.serving] if self.serving != PLAIN.name else []
         parts += [self.workload] if self.workload != "decode" else []
         return "".join(f"-{part}" for part in parts)
