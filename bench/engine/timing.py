@@ -139,7 +139,7 @@ class Plan:
 
     @property
     def tag(self) -> str:
-        """What the run's files add to their names: "" for plain decode
+        """What the run's files add to their names: "" for plain
         decode steps (timing.json), else e.g. "-mtp7" or "-mixed"."""
         parts = [self.serving] if self.serving != PLAIN.name else []
         parts += [self.workload] if self.workload != "decode" else []
