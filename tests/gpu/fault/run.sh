@@ -19,9 +19,9 @@ done > "$out/fault.log" 2>&1
   g++ --version | head -1
   env | grep -E "^(TORCH|LD_|CUDA)" || true
   ldconfig -p | grep -E "libstdc|libgcc_s|libunwind"
-  so=$(ls "$TORCH_EXTENSIONS_DIR"/fault_cu/*.so)
+  so=$(ls "$TORCH_EXTENSIONS_DIR"/fault_cu_stock_seeds_*/*.so)
   readelf -lW "$so" | grep -i eh_frame
   ldd "$so"
-  cat "$TORCH_EXTENSIONS_DIR/fault_cu/build.ninja"
+  cat "$TORCH_EXTENSIONS_DIR"/fault_cu_stock_seeds_*/build.ninja
 } > "$out/toolchain.txt" 2>&1
 cat "$out/fault.log"
