@@ -1133,8 +1133,7 @@ class Engine:
 
     def _profiled(self, engine: Any, steps: int) -> list[list[Any]]:
         self._each_rank(_start_profile)
-        for _ in range(steps):
-            engine.step()
+        self._steps(engine, steps)
         return self._each_rank(_stop_profile, steps)[0]
 
 
