@@ -7,6 +7,10 @@ what to fix, so a runner can fall back to stock draws and tell the user why.
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -115,7 +119,7 @@ def op_without_device() -> Callable[[torch.Tensor], None]:
         (torch.empty(4, dtype=torch.float32), r"must be int64, .* got Float"),
         (torch.empty(2, 2, dtype=torch.int64), r"must be 1-D, .* got shape \[2, 2\]"),
         (torch.empty(8, dtype=torch.int64)[::2], "must be contiguous"),
-        (torch.empty(4, dtype=torch.int64), r"must be a CUDA tensor; .* got a tensor on cpu"),
+        (torch.empty(4, dtype=torch.int64), "must be a CUDA tensor; got a tensor on cpu"),
     ],
 )
 def test_input_checks(
@@ -123,3 +127,56 @@ def test_input_checks(
 ) -> None:
     with pytest.raises(RuntimeError, match=message):
         op_without_device(out)
+
+
+COMPILER = shutil.which(os.environ.get("CXX", "c++"))
+STATIC_CHILD = """
+import sys
+import torch
+from torch.utils import cpp_extension
+from runner_hooks.core import seed_kernel
+if sys.argv[1] == "control":  # linked as before the fix: the compiler's libstdc++ alone
+    load = cpp_extension.load
+    cpp_extension.load = lambda **kwargs: load(**{**kwargs, "extra_ldflags": []})
+seed_kernel.OP_NAMESPACE = "static_libstdcxx"
+seed_kernel.build_library([(9, 0)])
+try:
+    torch.ops.static_libstdcxx.stock_seeds.default(torch.empty(2, 2, dtype=torch.int64))
+except RuntimeError as error:
+    print(str(error).splitlines()[0])
+"""
+
+
+@pytest.mark.skipif(
+    cpp_extension.CUDA_HOME is None or COMPILER is None,
+    reason="needs nvcc (CUDA_HOME) and a C++ compiler to build the op",
+)
+@pytest.mark.skipif(torch.version.cuda is None, reason="needs a CUDA build of torch")
+@pytest.mark.parametrize("build", ["fixed", "control"])
+def test_check_messages_survive_a_compiler_that_links_libstdcxx_statically(
+    build: str, tmp_path: Path
+) -> None:
+    """Such a CXX gave the op a second libstdc++: on the H200 machine (its CXX is one)
+    formatting a check's number crashed the process; here it drops the number."""
+    cxx = tmp_path / "c++"
+    cxx.write_text(f'#!/bin/sh\nexec {COMPILER} "$@" -static-libstdc++\n')
+    cxx.chmod(0o755)
+    repo = Path(seed_kernel.__file__).resolve().parents[2]
+    child = subprocess.run(
+        [sys.executable, "-c", STATIC_CHILD, build],
+        env={
+            **os.environ,
+            "CXX": str(cxx),
+            "TORCH_EXTENSIONS_DIR": str(tmp_path / "ext"),
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(repo), os.environ.get("PYTHONPATH")])),
+        },
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    raised = child.returncode == 0 and "got shape [2, 2]" in child.stdout
+    if build == "fixed":
+        assert raised, f"exit status {child.returncode}: {child.stdout} {child.stderr[-2000:]}"
+    else:
+        assert not raised, "the control, linked without the process's libstdc++, raised intact"

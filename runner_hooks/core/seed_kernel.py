@@ -47,6 +47,9 @@ def build_library(capabilities: Sequence[tuple[int, int]]) -> Path:
                 *(f"-gencode=arch=compute_{arch},code=sm_{arch}" for arch in archs),
                 *_curand_include_flags(),
             ],
+            # The process's libstdc++: a compiler that links its own statically gives
+            # the op a second copy, whose iostreams fail to format TORCH_CHECK messages.
+            extra_ldflags=["-l:libstdc++.so.6"],
             is_python_module=False,
         )
     except (RuntimeError, OSError) as error:

@@ -287,7 +287,7 @@ print(elapsed, *(p for p in torch.ops.loaded_libraries if "stock_seeds" in p))
 
 def run_child(code: str, timeout: int) -> subprocess.CompletedProcess[str]:
     """`code` run by a fresh Python that imports this repository's packages."""
-    repo = Path(seed_kernel.__file__).resolve().parents[1]
+    repo = Path(seed_kernel.__file__).resolve().parents[2]
     path = os.pathsep.join(filter(None, [str(repo), os.environ.get("PYTHONPATH")]))
     return subprocess.run(
         [sys.executable, "-c", code],
