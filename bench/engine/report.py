@@ -342,6 +342,38 @@ def mixed_markdown(timing: dict[str, Any]) -> str:
     return "\n".join(out) + "\n" if out else ""
 
 
+def engine_markdown(timing: dict[str, Any]) -> str:
+    """Per runner that sampled an arm from more than one engine process
+    (timing.Plan.rounds_per_engine): the engines per arm and rounds each, and
+    per batch size and arm the medians of each engine's samples of the figure
+    that resolves µs (forward-gpu for mixed steps, else replay) and their
+    spread (max - min). Empty with one engine per arm."""
+    figure = "forward-gpu" if _steps_of(timing)[1] == "mixed" else "replay"
+    out = []
+    for runner, result in timing["runners"].items():
+        per_bs = result.get("engines", {}).get(figure)
+        if not per_bs:
+            continue
+        entries = [entry for per_arm in per_bs.values() for entry in per_arm.values()]
+        engines = max(len(entry["rounds"]) for entry in entries)
+        rounds = sorted({n for entry in entries for n in entry["rounds"]})
+        each = f"{rounds[0]}" if len(rounds) == 1 else f"{rounds[0]}-{rounds[-1]}"
+        out.append(
+            f"\n**{runner}, {figure}**: {engines} engines per arm, {each} "
+            f"round{'' if rounds == [1] else 's'} each (µs)\n"
+        )
+        out.append("| BS | arm | engines | each engine's median | spread (max - min) |")
+        out.append("| --- | --- | --- | --- | --- |")
+        for bs, per_arm in per_bs.items():
+            for arm, entry in per_arm.items():
+                medians = ", ".join(f"{m:.1f}" for m in entry["median_us"])
+                out.append(
+                    f"| {bs} | {arm} | {len(entry['rounds'])} | {medians} "
+                    f"| {entry['spread_us']:.1f} |"
+                )
+    return "\n".join(out) + "\n" if out else ""
+
+
 def _median_us(values: list[float]) -> str:
     return "-" if not values else f"{statistics.median(values) * 1e6:.1f}"
 
@@ -585,6 +617,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         if mixed := mixed_markdown(timing):
             parts.append("## Mixed steps' forwards\n\n" + mixed)
+        if engines := engine_markdown(timing):
+            parts.append("## Engines per arm\n" + engines)
         if ranks := rank_markdown(timing):
             parts.append("## Replay per TP rank\n" + ranks)
         if any(result.get("profile") for result in timing["runners"].values()):

@@ -30,6 +30,11 @@ the worker pool: one worker per (arm, runner), started side by side.
                                     timing.MIXED_STEP_TOKENS on piecewise graphs, and
                                     the forward's GPU time: worker.py's mixed)
     SR_ENGINE_ROUNDS 10             the timing's rounds (timing.Plan.rounds)
+    SR_ENGINE_ROUNDS_PER_ENGINE 1   after that many rounds of a runner, its engines are
+                                    closed and started again, so each arm is sampled
+                                    from several engine processes (default: one
+                                    engine for all rounds of decode steps; a new one
+                                    every round of mixed steps)
     OUT              where results and engine logs go (default /tmp/out)
 """
 
@@ -270,9 +275,11 @@ def spawn_all(
 
 
 def close_all(workers: dict[Any, Worker | Exception]) -> None:
-    for worker in workers.values():
-        if isinstance(worker, Worker):
-            worker.close()
+    """Closes every worker that spawned (spawn_all keeps a failure as its
+    exception), side by side: each waits for its engine to stop."""
+    spawned = [worker for worker in workers.values() if not isinstance(worker, Exception)]
+    with ThreadPoolExecutor(max_workers=max(1, len(spawned))) as pool:
+        list(pool.map(lambda worker: worker.close(), spawned))
 
 
 def write_json(path: Path, data: Any) -> None:

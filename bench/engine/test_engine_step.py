@@ -3,13 +3,14 @@
 The session (timing.py's run) starts one engine per (arm, runner) with
 FULL_AND_PIECEWISE graphs, the V1 engines on one GPU group and the V2 engines on
 the next where there are two (SR_ENGINE_GPUS), and takes interleaved rounds of
-every arm and batch size, one runner after the other.  The steps are decode
-steps of the serving configuration SR_ENGINE_TIMING_SERVING names (plain by
-default; mtp3 or mtp7: MTP verify iterations), or, with SR_ENGINE_WORKLOAD=mixed,
-steps that prefill a chunk beside the decodes (timing.Plan.from_env).  Its
-figures (timing.FIGURES: the step's wall time, the forward's and the graph
-replays' GPU time; median, 95% CI, IQR, µs saved against stock and ratio, with
-paired intervals) go into each test's `extra_info` and
+every arm and batch size, one runner after the other, starting the runner's
+engines again every SR_ENGINE_ROUNDS_PER_ENGINE rounds (timing.Plan).  The steps
+are decode steps of the serving configuration SR_ENGINE_TIMING_SERVING names
+(plain by default; mtp3 or mtp7: MTP verify iterations), or, with
+SR_ENGINE_WORKLOAD=mixed, steps that prefill a chunk beside the decodes
+(timing.Plan.from_env).  Its figures (timing.FIGURES: the step's wall time, the
+forward's and the graph replays' GPU time; median, 95% CI, IQR, µs saved against
+stock and ratio, with paired intervals) go into each test's `extra_info` and
 $OUT/engine/timing<tag>.json (timing.Plan.tag).  What pytest-benchmark itself
 times is one such sample (a burst of timing.Plan.steps steps) of that arm alone,
 once, for `--benchmark-compare` between runs of the same arm.

@@ -40,6 +40,11 @@ run falls on every arm alike and no arm keeps the same neighbour. Intervals
 are percentile bootstraps over rounds (bench/stats.py), paired: a resample
 takes the same rounds for every arm, so the saving against stock keeps what
 a round's arms share.
+An offset that one engine process keeps (its allocations, its compiled
+code's placement) is in every sample of that engine, and no round averages
+it out: with Plan.rounds_per_engine, every engine of the runner is closed and
+started again after that many rounds, each sample names its engine, and the
+summary gives the spread of the engines' medians (engine_spread).
 """
 
 from __future__ import annotations
@@ -95,8 +100,16 @@ class Plan:
     workload: str = "decode"
     # The engines' step budget (arms.step_tokens_kwargs); None: engine_kwargs'.
     step_tokens: int | None = None
+    # The rounds each engine takes before every engine of the runner starts
+    # again (run); None: one engine per arm for all rounds.
+    rounds_per_engine: int | None = None
 
     def __post_init__(self) -> None:
+        if self.rounds_per_engine is not None and self.rounds_per_engine < 1:
+            raise ValueError(
+                f"{ROUNDS_PER_ENGINE_ENV} takes a number of rounds, at least 1; "
+                f"got {self.rounds_per_engine}"
+            )
         if self.serving not in SERVING_BY_NAME:
             raise ValueError(
                 f"{TIMING_SERVING_ENV} takes one of {', '.join(SERVING_BY_NAME)}; "
@@ -122,11 +135,17 @@ class Plan:
     @classmethod
     def from_env(cls) -> Plan:
         """The plan test_engine_step.py runs: SR_ENGINE_ROUNDS, SR_ENGINE_PROFILE,
-        SR_ENGINE_TIMING_SERVING (default plain) and SR_ENGINE_WORKLOAD (default
+        SR_ENGINE_TIMING_SERVING (default plain), SR_ENGINE_WORKLOAD (default
         decode; mixed times MIXED_STEPS steps of MIXED_BATCH_SIZES decodes in
-        MIXED_STEP_TOKENS tokens)."""
+        MIXED_STEP_TOKENS tokens) and SR_ENGINE_ROUNDS_PER_ENGINE (default: one
+        engine for all rounds of decode steps, MIXED_ROUNDS_PER_ENGINE of mixed)."""
         workload = os.environ.get(WORKLOAD_ENV) or "decode"
         mixed = workload == "mixed"
+        per_engine = os.environ.get(ROUNDS_PER_ENGINE_ENV, "").strip()
+        if per_engine and not per_engine.isdigit():
+            raise ValueError(
+                f"{ROUNDS_PER_ENGINE_ENV} takes a number of rounds, at least 1; got {per_engine!r}"
+            )
         return cls(
             rounds=int(os.environ.get(ROUNDS_ENV) or cls.rounds),
             profile_batch_sizes=profile_batch_sizes_from_env(),
@@ -135,6 +154,9 @@ class Plan:
             batch_sizes=MIXED_BATCH_SIZES if mixed else BATCH_SIZES,
             steps=MIXED_STEPS if mixed else cls.steps,
             step_tokens=MIXED_STEP_TOKENS if mixed else None,
+            rounds_per_engine=(
+                int(per_engine) if per_engine else MIXED_ROUNDS_PER_ENGINE if mixed else None
+            ),
         )
 
     @property
@@ -147,6 +169,7 @@ class Plan:
 
 
 ROUNDS_ENV = "SR_ENGINE_ROUNDS"
+ROUNDS_PER_ENGINE_ENV = "SR_ENGINE_ROUNDS_PER_ENGINE"
 TIMING_SERVING_ENV = "SR_ENGINE_TIMING_SERVING"
 WORKLOAD_ENV = "SR_ENGINE_WORKLOAD"
 WORKLOADS = ("decode", "mixed")
@@ -159,10 +182,16 @@ MIXED_STEP_TOKENS = 128
 # Steps per burst of a mixed sample (worker.py's mixed times two bursts):
 # forward_gpu_s is a median of one forward's GPU time, as replay_s is.
 MIXED_STEPS = 12
+# A new engine per round of mixed steps: their forward_gpu_s varies by a few µs
+# within one engine but can differ between engine processes by more than the
+# draws' saving (bench/results/engine-nvidia-h200-20261201e.md).  Decode steps'
+# replay_s differs between engines by a few µs; a decode run keeps one engine.
+MIXED_ROUNDS_PER_ENGINE = 1
 
 
 Samples = dict[int, dict[str, list[dict[str, float]]]]
-"""samples[bs][arm]: one dict of figures per round, e.g. {"step_s": ..., "forward_s": ...}."""
+"""samples[bs][arm]: one dict of figures per round, e.g. {"step_s": ..., "forward_s": ...,
+"engine": 0} (run's engine of the arm that took it, numbered from 0)."""
 
 
 def interleave(
@@ -171,11 +200,15 @@ def interleave(
     runner: str,
     sample: Callable[[str, int], Mapping[str, float]],
     after_round: Callable[[Samples], None] = lambda _: None,
+    before_round: Callable[[int], Sequence[str]] | None = None,
 ) -> Samples:
-    """One `sample(arm, bs)` of every (arm, batch size) per round, in shuffled order."""
+    """One `sample(arm, bs)` of every (arm, batch size) per round, in shuffled
+    order; `before_round(i)`, where given, runs before round i and returns
+    which of `arms` that round measures."""
     samples: Samples = {bs: {arm: [] for arm in arms} for bs in plan.batch_sizes}
     for round_index in range(plan.rounds):
-        order = [(arm, bs) for arm in arms for bs in plan.batch_sizes]
+        measured = arms if before_round is None else before_round(round_index)
+        order = [(arm, bs) for arm in measured for bs in plan.batch_sizes]
         stats.seeded_rng(plan.seed, runner, round_index).shuffle(order)
         for arm, bs in order:
             samples[bs][arm].append(dict(sample(arm, bs)))
@@ -259,8 +292,48 @@ def summarize(
     return rows
 
 
+def by_engine(rows: Sequence[Mapping[str, float]], figure: str) -> dict[int, list[float]]:
+    """engine -> `figure` of its samples among `rows`, in engine order (a
+    sample without "engine" is engine 0's)."""
+    values: dict[int, list[float]] = {}
+    for s in rows:
+        if s.get(figure) is not None:
+            values.setdefault(int(s.get("engine", 0)), []).append(s[figure])
+    return dict(sorted(values.items()))
+
+
+def engine_spread(samples: Samples) -> dict[str, dict[str, dict[str, dict]]] | None:
+    """Per figure, batch size and arm: each engine's sample count ("rounds")
+    and median, and the spread of those medians (max - min), in µs; None
+    where every arm's samples are one engine's."""
+    spread: dict[str, dict[str, dict[str, dict]]] = {}
+    several = False
+    for name, figure in FIGURES.items():
+        per_bs: dict[str, dict[str, dict]] = {}
+        for bs, per_arm in samples.items():
+            rows = {}
+            for arm, arm_samples in per_arm.items():
+                values = by_engine(arm_samples, figure)
+                if not values:
+                    continue
+                medians = [statistics.median(v) for v in values.values()]
+                several |= len(medians) > 1
+                rows[arm] = {
+                    "rounds": [len(v) for v in values.values()],
+                    "median_us": [round(m * 1e6, 2) for m in medians],
+                    "spread_us": round((max(medians) - min(medians)) * 1e6, 2),
+                }
+            if rows:
+                per_bs[str(bs)] = rows
+        if per_bs:
+            spread[name] = per_bs
+    return spread if several else None
+
+
 def runner_result(samples: Samples, runner: str) -> dict[str, Any]:
-    """One runner's samples and, per figure and batch size, their summary."""
+    """One runner's samples and, per figure and batch size, their summary;
+    with several engines per arm, also their spread ("engines": engine_spread)."""
+    engines = engine_spread(samples)
     return {
         "samples": {str(bs): per_arm for bs, per_arm in samples.items()},
         "summary": {
@@ -270,6 +343,7 @@ def runner_result(samples: Samples, runner: str) -> dict[str, Any]:
             }
             for name, figure in FIGURES.items()
         },
+        **({"engines": engines} if engines else {}),
     }
 
 
@@ -284,34 +358,67 @@ FIGURES = {
 def run(
     settings: Settings, plan: Plan, spawn: Callable[..., dict] = spawn_all
 ) -> tuple[dict[str, Any], dict[tuple[str, str], Any]]:
-    """Starts a FULL_AND_PIECEWISE engine of plan.serving per (arm, runner),
-    measures the runners one after the other, writes settings.out /
-    f"timing{plan.tag}.json"; returns its data and the workers (still
-    running: the caller closes them)."""
+    """Starts a FULL_AND_PIECEWISE engine of plan.serving per (arm, runner)
+    (again every plan.rounds_per_engine rounds of its runner), measures the
+    runners one after the other, writes settings.out / f"timing{plan.tag}.json";
+    returns its data and the workers (the last engines, still running: the
+    caller closes them)."""
     pairs = [(arm, runner) for runner in settings.runners for arm in settings.timing_arms]
     # As the identity check runs them: the same compiled code in every arm
     # (no config picked by timing under load), and its compile cache reused.
     workers = spawn(pairs, settings, "timing", DETERMINISTIC_ENV)
     failed: dict[str, str] = {}
 
-    def start(pair: tuple[Arm, Runner]) -> None:
-        arm, runner = pair
-        worker = workers[arm.name, runner.value]
-        try:
-            if isinstance(worker, Exception):
-                raise worker
-            worker.call(
-                "start",
-                mode=GraphMode.FULL_AND_PIECEWISE.value,
-                serving=plan.serving,
-                step_tokens=plan.step_tokens,
-            )
-        except Exception as error:
-            failed[f"{arm.name}/{runner.value}"] = f"{type(error).__name__}: {error}"
+    def start_all(started: list[tuple[Arm, Runner]], engine: int) -> None:
+        # Every engine starts at once (kv_cache_memory_bytes skips vLLM's
+        # memory profiling, so engines on one GPU can); a failure is recorded.
+        def start(pair: tuple[Arm, Runner]) -> None:
+            arm, runner = pair
+            worker = workers[arm.name, runner.value]
+            try:
+                if isinstance(worker, Exception):
+                    raise worker
+                worker.call(
+                    "start",
+                    mode=GraphMode.FULL_AND_PIECEWISE.value,
+                    serving=plan.serving,
+                    step_tokens=plan.step_tokens,
+                )
+            except Exception as error:
+                which = f"engine {engine}: " if engine else ""
+                failed[f"{arm.name}/{runner.value}"] = f"{which}{type(error).__name__}: {error}"
 
-    def measure(runner: Runner, ready: dict[str, Any]) -> dict[str, Any]:
+        with ThreadPoolExecutor(max_workers=max(1, len(started))) as pool:
+            list(pool.map(start, started))
+
+    def restart(runner: Runner, up: Sequence[str], engine: int) -> list[str]:
+        """Closes the runner's engines of the arms `up` and starts new ones,
+        numbered `engine` (their logs under timing-engine<engine>); returns the
+        arms whose new engine started."""
+        again = [(arm, runner) for arm in settings.timing_arms if arm.name in up]
+        close_all({pair: workers[pair[0].name, runner.value] for pair in again})
+        workers.update(spawn(again, settings, f"timing-engine{engine}", DETERMINISTIC_ENV))
+        start_all(again, engine)
+        return [arm.name for arm, _ in again if f"{arm.name}/{runner.value}" not in failed]
+
+    def measure(runner: Runner) -> dict[str, Any]:
+        up = [
+            arm.name for arm in settings.timing_arms if f"{arm.name}/{runner.value}" not in failed
+        ]
+        arms, engine = list(up), 0
+
+        def before_round(round_index: int) -> list[str]:
+            nonlocal up, engine
+            every = plan.rounds_per_engine
+            if every and round_index and round_index % every == 0:
+                engine = round_index // every
+                up = restart(runner, up, engine)
+            return up
+
         def sample(arm: str, bs: int) -> dict:
-            return ready[arm].call(plan.workload, bs=bs, steps=plan.steps, warm=plan.warm)
+            worker = workers[arm, runner.value]
+            figures = worker.call(plan.workload, bs=bs, steps=plan.steps, warm=plan.warm)
+            return {**figures, "engine": engine}
 
         def partial(samples: Samples) -> None:
             write_json(settings.out / f"timing-{runner.value}{plan.tag}-partial.json", samples)
@@ -326,7 +433,8 @@ def run(
             except WorkerError as error:
                 return {"error": str(error)}
 
-        samples = interleave(list(ready), plan, runner.value, sample, partial)
+        samples = interleave(arms, plan, runner.value, sample, partial, before_round)
+        ready = {arm: workers[arm, runner.value] for arm in up}
         profiles = {
             arm: {str(bs): profile(worker, bs) for bs in plan.profile_batch_sizes}
             for arm, worker in ready.items()
@@ -338,26 +446,13 @@ def run(
         }
 
     try:
-        # Every engine starts at once (kv_cache_memory_bytes skips vLLM's memory
-        # profiling, so engines on one GPU can).  The figures
-        # are of decode graph replays, whose kernels no start picks by timing:
-        # Inductor's are deterministic (compilation_config), and the Triton
-        # autotuning of a start is of the prefill kernels.  The runners are
-        # measured one after the other, so that one's host work does not add
-        # to the other's spread.
-        with ThreadPoolExecutor(max_workers=max(1, len(pairs))) as pool:
-            list(pool.map(start, pairs))
-        results = {
-            runner.value: measure(
-                runner,
-                {
-                    arm.name: workers[arm.name, runner.value]
-                    for arm in settings.timing_arms
-                    if f"{arm.name}/{runner.value}" not in failed
-                },
-            )
-            for runner in settings.runners
-        }
+        # The figures are of decode graph replays, whose kernels no start picks
+        # by timing: Inductor's are deterministic (compilation_config), and the
+        # Triton autotuning of a start is of the prefill kernels.  The runners
+        # are measured one after the other, so that one's host work does not
+        # add to the other's spread.
+        start_all(pairs, 0)
+        results = {runner.value: measure(runner) for runner in settings.runners}
     except BaseException:
         close_all(workers)
         raise
