@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -2216,3 +2217,169 @@ def test_the_identity_run_can_judge_one_runner(
         for arm in ("stock", "stock-again", "reset-kernel")
     )
     assert {name.split("/")[1] for name, _, _ in calls} == {"v2"}
+
+
+class _Instance:
+    """One engine process of an arm: every figure carries its offset, of n µs
+    for the arm's n-th process spawned; it logs its calls and its close."""
+
+    def __init__(self, name: str, n: int, log: list[tuple], fail_start: bool = False) -> None:
+        self.name, self.n, self.log, self.fail_start = name, n, log, fail_start
+        self.closed = False
+
+    def call(self, op: str, **args: object) -> dict:
+        assert not self.closed, f"{self.name} #{self.n} called after its close"
+        self.log.append(("call", self.name, self.n, op))
+        if op == "start" and self.fail_start:
+            raise WorkerError(f"{self.name}: no kernel")
+        if op == "start":
+            return {"start_s": 1.0}
+        offset = self.n * 1e-6
+        return {"forward_gpu_s": 5e-3 + offset, "replay_s": 1e-3 + offset, "instance": self.n}
+
+    def engagement(self) -> list[str]:
+        return []
+
+    def close(self) -> None:
+        self.log.append(("close", self.name, self.n))
+        self.closed = True
+
+
+def instance_spawn(log: list[tuple], fail_spawn=(), fail_start=()):
+    """timing.run's spawn: a new _Instance per (arm, runner) per call; the
+    (name, n) pairs of `fail_spawn` do not spawn, those of `fail_start` do not start."""
+    spawned: dict[str, int] = {}
+
+    def spawn(pairs, settings, tag, extra_env):
+        log.append(("spawn", tag, [f"{a.name}/{r.value}" for a, r in pairs]))
+        workers: dict = {}
+        for a, r in pairs:
+            name = f"{a.name}/{r.value}"
+            n = spawned[name] = spawned.get(name, -1) + 1
+            workers[a.name, r.value] = (
+                WorkerError(f"{name}: the worker died")
+                if (name, n) in fail_spawn
+                else _Instance(name, n, log, (name, n) in fail_start)
+            )
+        return workers
+
+    return spawn
+
+
+def _timing_settings(tmp_path: Path, runners=tuple(Runner), names=("stock", "floor")):
+    arms_ = tuple(BY_NAME[name] for name in names)
+    return session.Settings({}, ("0",), tmp_path, runners, arms_)
+
+
+@pytest.mark.parametrize(
+    ("rounds", "every", "engines"),
+    [(4, 2, [0, 0, 1, 1]), (5, 2, [0, 0, 1, 1, 2]), (3, 1, [0, 1, 2]), (3, None, [0, 0, 0])],
+)
+def test_the_timing_starts_a_runners_engines_again_every_k_rounds(
+    tmp_path: Path, rounds: int, every: int | None, engines: list[int]
+) -> None:
+    log: list[tuple] = []
+    plan = timing.Plan(rounds=rounds, batch_sizes=(1, 2), rounds_per_engine=every)
+    data, workers = timing.run(_timing_settings(tmp_path), plan, spawn=instance_spawn(log))
+    spawns = [(tag, names) for kind, tag, names, *_ in log if kind == "spawn"]
+    later = [
+        (f"timing-engine{engine}", [f"stock/{runner}", f"floor/{runner}"])
+        for runner in ("v1", "v2")
+        for engine in sorted(set(engines) - {0})
+    ]
+    assert spawns == [("timing", ["stock/v1", "floor/v1", "stock/v2", "floor/v2"]), *later]
+    for runner in ("v1", "v2"):
+        for bs in ("1", "2"):
+            for arm in ("stock", "floor"):
+                rows = data["runners"][runner]["samples"][bs][arm]
+                assert [row["engine"] for row in rows] == engines
+                assert all(row["engine"] == row["instance"] for row in rows)
+    # Every engine is closed before its successor spawns (and an _Instance
+    # refuses calls after its close).
+    for index, (kind, tag, names, *_) in enumerate(log):
+        if kind == "spawn" and tag != "timing":
+            closed = {(name, n) for kind, name, n, *_ in log[:index] if kind == "close"}
+            engine = int(tag.removeprefix("timing-engine"))
+            assert {(name, engine - 1) for name in names} <= closed
+    # V2 starts again only after V1's last sample.
+    last_v1 = max(i for i, e in enumerate(log) if e[0] == "call" and e[1].endswith("/v1"))
+    first_v2_again = [
+        i
+        for i, (kind, tag, names, *_) in enumerate(log)
+        if kind == "spawn" and tag != "timing" and names[0].endswith("/v2")
+    ]
+    assert all(i > last_v1 for i in first_v2_again)
+    # The caller gets the last engines, running.
+    assert {key: (w.n, w.closed) for key, w in workers.items()} == {
+        (arm, runner): (engines[-1], False) for arm in ("stock", "floor") for runner in ("v1", "v2")
+    }
+    assert data["plan"]["rounds_per_engine"] == every and not data["failed"]
+
+
+def test_a_failed_restart_is_recorded_and_its_arm_drops_out(tmp_path: Path) -> None:
+    log: list[tuple] = []
+    spawn = instance_spawn(log, fail_spawn={("floor/v1", 1)}, fail_start={("floor-rng/v1", 2)})
+    settings = _timing_settings(tmp_path, names=("stock", "floor", "floor-rng"))
+    plan = timing.Plan(rounds=3, batch_sizes=(1,), rounds_per_engine=1)
+    data, workers = timing.run(settings, plan, spawn=spawn)
+    assert data["failed"] == {
+        "floor/v1": "engine 1: WorkerError: floor/v1: the worker died",
+        "floor-rng/v1": "engine 2: WorkerError: floor-rng/v1: no kernel",
+    }
+    assert json.loads((tmp_path / "timing.json").read_text())["failed"] == data["failed"]
+    samples = data["runners"]["v1"]["samples"]["1"]
+    engines = {arm: [row["engine"] for row in rows] for arm, rows in samples.items()}
+    assert engines == {"stock": [0, 1, 2], "floor": [0], "floor-rng": [0, 1]}
+    # The arm whose engine did not restart is not started again; the other runner keeps all.
+    spawns = [names for kind, tag, names, *_ in log if kind == "spawn" and tag == "timing-engine2"]
+    assert spawns[0] == ["stock/v1", "floor-rng/v1"]
+    v2 = data["runners"]["v2"]["samples"]["1"]
+    assert all([row["engine"] for row in rows] == [0, 1, 2] for rows in v2.values())
+    assert isinstance(workers["floor", "v1"], WorkerError)
+
+
+@pytest.mark.parametrize(("workload", "figure"), [("mixed", "forward-gpu"), ("decode", "replay")])
+def test_the_spread_between_engines_shows_only_with_several_and_holds_their_offset(
+    tmp_path: Path, workload: str, figure: str
+) -> None:
+    """The control: each engine process's offset (n µs for the n-th) is in
+    every sample of it, so one engine per arm has no spread to show."""
+    plan = timing.Plan(rounds=3, batch_sizes=(1,), workload=workload)
+    settings = _timing_settings(tmp_path / "one", runners=(Runner.V1,))
+    one, _ = timing.run(settings, plan, instance_spawn([]))
+    assert "engines" not in one["runners"]["v1"] and report.engine_markdown(one) == ""
+    plan = dataclasses.replace(plan, rounds_per_engine=1)
+    settings = _timing_settings(tmp_path, runners=(Runner.V1,))
+    several, _ = timing.run(settings, plan, instance_spawn([]))
+    entry = several["runners"]["v1"]["engines"][figure]["1"]["stock"]
+    base = 5000.0 if figure == "forward-gpu" else 1000.0
+    assert entry == {"rounds": [1, 1, 1], "median_us": [base, base + 1, base + 2], "spread_us": 2.0}
+    text = report.engine_markdown(several)
+    assert f"**v1, {figure}**: 3 engines per arm, 1 round each (µs)" in text
+    assert f"| 1 | floor | 3 | {base:.1f}, {base + 1:.1f}, {base + 2:.1f} | 2.0 |" in text
+    # The report's CLI adds the section from the run's file and from its partial
+    # file, and not from the run of one engine per arm.
+    md = tmp_path / "out"
+    for source, shown in (
+        (["--timing", str(tmp_path / f"timing{plan.tag}.json")], True),
+        (["--partial", f"v1={tmp_path / f'timing-v1{plan.tag}-partial.json'}"], True),
+        (["--timing", str(tmp_path / "one" / f"timing{plan.tag}.json")], False),
+    ):
+        report.main([*source, "--prefix", str(md)])
+        assert ("## Engines per arm" in md.with_suffix(".md").read_text()) is shown
+
+
+def test_the_rounds_per_engine_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert timing.Plan.from_env().rounds_per_engine is None
+    monkeypatch.setenv(timing.WORKLOAD_ENV, "mixed")
+    assert timing.Plan.from_env().rounds_per_engine == timing.MIXED_ROUNDS_PER_ENGINE == 1
+    monkeypatch.setenv(timing.ROUNDS_PER_ENGINE_ENV, "3")
+    assert timing.Plan.from_env().rounds_per_engine == 3
+    monkeypatch.delenv(timing.WORKLOAD_ENV)
+    assert timing.Plan.from_env().rounds_per_engine == 3
+    for bad in ("0", "-1", "two"):
+        monkeypatch.setenv(timing.ROUNDS_PER_ENGINE_ENV, bad)
+        with pytest.raises(
+            ValueError, match="SR_ENGINE_ROUNDS_PER_ENGINE takes a number of rounds"
+        ):
+            timing.Plan.from_env()

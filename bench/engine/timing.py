@@ -396,7 +396,7 @@ def run(
         numbered `engine` (their logs under timing-engine<engine>); returns the
         arms whose new engine started."""
         again = [(arm, runner) for arm in settings.timing_arms if arm.name in up]
-        close_all({pair: workers[pair[0].name, runner.value] for pair in again})
+        close_all({(arm.name, runner.value): workers[arm.name, runner.value] for arm, _ in again})
         workers.update(spawn(again, settings, f"timing-engine{engine}", DETERMINISTIC_ENV))
         start_all(again, engine)
         return [arm.name for arm, _ in again if f"{arm.name}/{runner.value}" not in failed]
