@@ -7,8 +7,9 @@ writes <prefix>.md, <prefix>.identity.json (each record reduced to what the
 comparison needs: each TP rank's fingerprints cut to 16 hex digits, tokens and
 logprobs as sha256) and <prefix>.timing.json.  Several identity files (runs of the same
 code) are merged in order; a later record of a cell is kept beside the first,
-as another run.  Several timing files (one runner each, e.g. one device call per
-runner) are merged by runner.
+as another run.  Several timing files (e.g. one device call per runner) are
+merged by runner; a runner's rounds in several files are put together, each
+file's engines numbered after the earlier files' (concatenate).
 """
 
 from __future__ import annotations
@@ -484,23 +485,80 @@ def steps_of_partial(name: str, runner: str) -> tuple[str, str]:
 def from_partials(specs: Sequence[str]) -> dict[str, Any]:
     """timing.json's shape from RUNNER=PATH partial files (of one serving and
     workload, read from their names)."""
-    runners, steps = {}, set()
+    parts: dict[str, list[dict[str, Any]]] = {}
+    steps = set()
     for spec in specs:
         runner, sep, path = spec.partition("=")
         if not sep or runner not in {r.value for r in Runner}:
             raise SystemExit(f"--partial takes RUNNER=PATH with RUNNER v1 or v2, got {spec!r}")
         steps.add(steps_of_partial(Path(path).name, runner))
         samples = {int(bs): per_arm for bs, per_arm in json.loads(Path(path).read_text()).items()}
-        runners[runner] = {**timing_module.runner_result(samples, runner), "partial": True}
+        parts.setdefault(runner, []).append(timing_module.runner_result(samples, runner))
+    runners = {
+        runner: {**concatenate(runner, results), "partial": True}
+        for runner, results in parts.items()
+    }
     if len(steps) > 1:
         raise SystemExit(f"--partial files of different steps {sorted(steps)}: report them apart")
     serving, workload = steps.pop() if steps else (PLAIN.name, "decode")
     return {"runners": runners, "partial": True, "serving": serving, "workload": workload}
 
 
+def concatenate(runner: str, results: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """One runner's result from its results in several runs (e.g. one device
+    call each) of the same arms and batch sizes: their rounds in run order, each
+    run's engines numbered after the earlier runs' (each run's engines are
+    processes of their own), summarized again (timing.runner_result); the
+    engagement lines are the last run's, a profile the first run's that has one.
+    One result is returned as it is."""
+    if len(results) == 1:
+        return results[0]
+    samples: timing_module.Samples = {}
+    engines = 0
+    cells = None
+    for result in results:
+        if "samples" not in result:
+            raise SystemExit(
+                f"--timing: a run of {runner} without its samples cannot be put together "
+                "with another's; report it alone"
+            )
+        runs = result["samples"]
+        mine = {(bs, arm) for bs, per_arm in runs.items() for arm in per_arm}
+        if cells is not None and mine != cells:
+            raise SystemExit(
+                f"--timing/--partial: runs of {runner} with different arms or batch sizes; "
+                "report them apart"
+            )
+        cells = mine
+        if len({len(rows) for per_arm in runs.values() for rows in per_arm.values()}) > 1:
+            raise SystemExit(
+                f"--timing/--partial: a run of {runner} whose arms have different numbers "
+                "of rounds (an engine failed) cannot pair its rounds with another run's; "
+                "report it alone"
+            )
+        count = 0
+        for bs, per_arm in runs.items():
+            for arm, rows in per_arm.items():
+                for row in rows:
+                    engine = int(row.get("engine", 0))
+                    count = max(count, engine + 1)
+                    kept = samples.setdefault(int(bs), {}).setdefault(arm, [])
+                    kept.append({**row, "engine": engines + engine})
+        engines += count
+    merged = timing_module.runner_result(samples, runner)
+    engagement = [result["engagement"] for result in results if "engagement" in result]
+    profiles = [result["profile"] for result in results if result.get("profile")]
+    return {
+        **merged,
+        **({"engagement": engagement[-1]} if engagement else {}),
+        **({"profile": profiles[0]} if profiles else {}),
+    }
+
+
 def merge_timing(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """One timing.json from runs of different runners at one TP size: each
-    runner's results, and each run's plan, GPUs and failed engines, under "runs"."""
+    """One timing.json from runs at one TP size: each runner's results (a
+    runner in several runs: their rounds together, concatenate), and each run's
+    plan, GPUs and failed engines, under "runs"."""
     sizes = sorted({run.get("tp", 1) for run in runs})
     if len(sizes) > 1:
         raise SystemExit(f"--timing: the files are of TP sizes {sizes}; give one TP size's")
@@ -510,16 +568,13 @@ def merge_timing(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
             f"--timing: the files time different steps (serving, workload) {steps}; "
             "give one serving and workload's"
         )
-    runners: dict[str, Any] = {}
-    for run in runs:
-        for runner, result in run["runners"].items():
-            if runner in runners:
-                raise SystemExit(
-                    f"--timing: runner {runner} is in two of the files; give each runner once"
-                )
-            runners[runner] = result
     if len(runs) == 1:
         return runs[0]
+    parts: dict[str, list[dict[str, Any]]] = {}
+    for run in runs:
+        for runner, result in run["runners"].items():
+            parts.setdefault(runner, []).append(result)
+    runners = {runner: concatenate(runner, results) for runner, results in parts.items()}
     return {
         "runners": runners,
         "tp": sizes[0],

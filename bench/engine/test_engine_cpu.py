@@ -510,7 +510,7 @@ def test_timing_files_of_different_runners_merge() -> None:
     merged = report.merge_timing([v1, v2])
     assert merged["runners"] == {"v1": {"summary": {}}, "v2": {"summary": {}}}
     assert [run["plan"]["rounds"] for run in merged["runs"]] == [10, 8]
-    with pytest.raises(SystemExit, match="runner v1 is in two of the files"):
+    with pytest.raises(SystemExit, match="a run of v1 without its samples"):
         report.merge_timing([v1, v1])
 
 
@@ -2383,3 +2383,38 @@ def test_the_rounds_per_engine_from_env(monkeypatch: pytest.MonkeyPatch) -> None
             ValueError, match="SR_ENGINE_ROUNDS_PER_ENGINE takes a number of rounds"
         ):
             timing.Plan.from_env()
+
+
+def test_a_runners_rounds_in_several_runs_are_put_together(tmp_path: Path) -> None:
+    """Two device calls of one runner: 3 + 2 rounds, a new engine every round,
+    are 5 engines per arm, paired round by round, summarized as one run."""
+    settings = _timing_settings(tmp_path / "a", runners=(Runner.V1,))
+    first, _ = timing.run(
+        settings, timing.Plan(rounds=3, batch_sizes=(1,), rounds_per_engine=1), instance_spawn([])
+    )
+    settings = _timing_settings(tmp_path / "b", runners=(Runner.V1,))
+    second, _ = timing.run(
+        settings, timing.Plan(rounds=2, batch_sizes=(1,), rounds_per_engine=1), instance_spawn([])
+    )
+    merged = report.merge_timing([first, second])["runners"]["v1"]
+    rows = merged["samples"]["1"]["stock"]
+    assert [(row["engine"], row["instance"]) for row in rows] == [
+        (0, 0),
+        (1, 1),
+        (2, 2),
+        (3, 0),
+        (4, 1),
+    ]
+    assert merged["summary"]["replay"]["1"]["floor"]["samples"] == 5
+    assert merged["engines"]["replay"]["1"]["stock"]["median_us"] == [1000, 1001, 1002, 1000, 1001]
+    # The partial files say the same.
+    partials = [f"v1={tmp_path / run / 'timing-v1-partial.json'}" for run in ("a", "b")]
+    assert report.from_partials(partials)["runners"]["v1"]["engines"] == merged["engines"]
+    # Rounds that cannot pair are refused: other arms, or an arm short of rounds.
+    other = json.loads(json.dumps(second))
+    del other["runners"]["v1"]["samples"]["1"]["floor"]
+    with pytest.raises(SystemExit, match="runs of v1 with different arms or batch sizes"):
+        report.merge_timing([first, other])
+    other["runners"]["v1"]["samples"]["1"]["floor"] = rows[:1]
+    with pytest.raises(SystemExit, match="whose arms have different numbers of rounds"):
+        report.merge_timing([first, other])
