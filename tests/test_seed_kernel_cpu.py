@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -20,6 +18,8 @@ from torch.utils import cpp_extension
 
 from runner_hooks.core import seed_kernel
 from runner_hooks.core.seed_kernel import KernelDrawer, SeedKernelUnavailable
+
+from .child import run_child
 
 H200 = [(9, 0)]
 
@@ -157,23 +157,15 @@ def test_check_messages_survive_a_compiler_that_links_libstdcxx_statically(
     build: str, tmp_path: Path
 ) -> None:
     """Such a CXX gave the op a second libstdc++: on the H200 machine (its CXX is one)
-    formatting a check's number crashed the process; here it drops the number."""
+    formatting a check's number crashed the process; the control's message is not whole."""
     cxx = tmp_path / "c++"
     cxx.write_text(f'#!/bin/sh\nexec {COMPILER} "$@" -static-libstdc++\n')
     cxx.chmod(0o755)
-    repo = Path(seed_kernel.__file__).resolve().parents[2]
-    child = subprocess.run(
-        [sys.executable, "-c", STATIC_CHILD, build],
-        env={
-            **os.environ,
-            "CXX": str(cxx),
-            "TORCH_EXTENSIONS_DIR": str(tmp_path / "ext"),
-            "PYTHONPATH": os.pathsep.join(filter(None, [str(repo), os.environ.get("PYTHONPATH")])),
-        },
-        capture_output=True,
-        text=True,
+    child = run_child(
+        STATIC_CHILD,
+        build,
         timeout=600,
-        check=False,
+        env={"CXX": str(cxx), "TORCH_EXTENSIONS_DIR": str(tmp_path / "ext")},
     )
     raised = child.returncode == 0 and "got shape [2, 2]" in child.stdout
     if build == "fixed":

@@ -7,9 +7,6 @@ the int64 values and the generator state left behind are exactly equal.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -20,6 +17,8 @@ import torch
 from runner_hooks.core import seed_kernel
 from runner_hooks.core.seed_kernel import KernelDrawer, SeedKernelUnavailable
 from runner_hooks.drawers import SeedDrawer, stock_seed
+
+from ..child import run_child
 
 pytestmark = pytest.mark.gpu
 
@@ -283,20 +282,6 @@ op(torch.empty(3, dtype=torch.int64, device="cuda:0"))
 torch.cuda.synchronize()
 print(elapsed, *(p for p in torch.ops.loaded_libraries if "stock_seeds" in p))
 """
-
-
-def run_child(code: str, timeout: int) -> subprocess.CompletedProcess[str]:
-    """`code` run by a fresh Python that imports this repository's packages."""
-    repo = Path(seed_kernel.__file__).resolve().parents[2]
-    path = os.pathsep.join(filter(None, [str(repo), os.environ.get("PYTHONPATH")]))
-    return subprocess.run(
-        [sys.executable, "-c", code],
-        env={**os.environ, "PYTHONPATH": path},
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
 
 
 def test_fresh_process_loads_the_cached_build(drawer: SeedDrawer) -> None:
