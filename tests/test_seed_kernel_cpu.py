@@ -41,6 +41,8 @@ NVCC_FAILURE = "\n".join(
 
 def test_no_cuda_device(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    # Uncached: on a GPU machine an earlier test may have loaded the op already.
+    monkeypatch.setattr(seed_kernel, "stock_seeds_op", seed_kernel.stock_seeds_op.__wrapped__)
     with pytest.raises(SeedKernelUnavailable, match="no CUDA device is available"):
         KernelDrawer()
 
