@@ -219,14 +219,15 @@ def pristine_tree(release: Release = releases.NEWEST) -> Path:
 
 
 def release_files(release: Release, paths: tuple[str, ...]) -> dict[str, bytes]:
-    """`paths` of `release`, read once and cached: the package's files from its wheel over
-    HTTP ranges, the others (setup.py) from its sdist."""
+    """`paths` of `release`, read once and cached: the package's files and its dist-info
+    from its wheel over HTTP ranges, the others (setup.py) from its sdist."""
     folder = cache_dir() / "files" / release.version
     missing = [path for path in paths if not (folder / path).is_file()]
     if missing:
         from . import sdist  # it finds its cache with cache_dir()
 
-        in_wheel = [path for path in missing if path.startswith("vllm/")]
+        wheel_dirs = ("vllm/", f"vllm-{release.version}.dist-info/")
+        in_wheel = [path for path in missing if path.startswith(wheel_dirs)]
         try:
             fetched = wheel.read_members(release.version, in_wheel) if in_wheel else {}
             if len(in_wheel) < len(missing):

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.vllm_patch.helpers import commit, run, snapshot, tree_files
-from vllm_patch import patch, releases, targets, tree
+from vllm_patch import patch, releases, sdist, targets, tree, wheel
 from vllm_patch.releases import RELEASES, Design, Site
 from vllm_patch.syntax import Source
 
@@ -28,6 +28,31 @@ def release_tree(root: Path, release: releases.Release, version: str | None = No
     if version is not None:
         (root / "vllm/_version.py").write_text(f"__version__ = version = '{version}'\n")
     return root
+
+
+def test_release_files_come_from_the_wheel_but_setup_py(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The wheel holds the package and its dist-info; only the rest (setup.py) is read
+    from the sdist, which has no dist-info."""
+    monkeypatch.setenv("SR_PREFETCH_CACHE", str(tmp_path))
+    asked: dict[str, list[str]] = {}
+
+    def members(source: str):
+        def read(version: str, names: list[str]) -> dict[str, bytes]:
+            asked[source] = list(names)
+            return {name: source.encode() for name in names}
+
+        return read
+
+    monkeypatch.setattr(wheel, "read_members", members("wheel"))
+    monkeypatch.setattr(sdist, "read_members", members("sdist"))
+    monkeypatch.setattr(sdist, "fetch", lambda version: tmp_path / "sdist.tar.gz")
+    dist = "vllm-0.26.0.dist-info"
+    paths = ("vllm/__init__.py", f"{dist}/METADATA", f"{dist}/WHEEL", "setup.py")
+    files = tree.release_files(releases.get("0.26.0"), paths)
+    assert asked == {"wheel": list(paths[:3]), "sdist": ["setup.py"]}
+    assert files == {**dict.fromkeys(paths[:3], b"wheel"), "setup.py": b"sdist"}
 
 
 @pytest.mark.parametrize("version", VERSIONS)
