@@ -33,10 +33,9 @@ def build_library(capabilities: Sequence[tuple[int, int]]) -> Path:
             f"{SOURCE} is missing: this installation lacks the op's CUDA source"
         )
     archs = sorted(f"{major}{minor}" for major, minor in set(capabilities))
-    # ninja rebuilds when a command changes, and a command names the source's path:
-    # installations sharing an extension directory each get a build of their own.
-    build = f"{SOURCE}|{torch.__version__}|{archs}|{OP_NAMESPACE}|".encode()
-    key = hashlib.sha256(build + SOURCE.read_bytes()).hexdigest()
+    key = hashlib.sha256(
+        SOURCE.read_bytes() + f"|{torch.__version__}|{archs}|{OP_NAMESPACE}".encode()
+    ).hexdigest()
     try:
         library = cpp_extension.load(
             name=f"{OP_NAMESPACE}_stock_seeds_{key[:16]}",
