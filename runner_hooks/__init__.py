@@ -15,9 +15,9 @@ except ModuleNotFoundError as error:
     ) from None
 
 from .baseline.side_stream import SyncPlan, UnjoinedCaptureError
-from .core.hooks import ForwardHook, ForwardInfo, NestedForwardError
-from .core.prefetch import IncompleteSeedBatchError, SeedDrawer, WrongStreamError
-from .drawers import DRAWERS, RandintDrawer, resolve_drawer
+from .core.prefetch import WrongStreamError
+from .drawers import DRAWERS, RandintDrawer, SeedDrawer, resolve_drawer
+from .hooks import ForwardHook, ForwardInfo, NestedForwardError
 from .sync import SYNC_PLANS, resolve_sync_plan
 from .variants import ForwardContextSeedPrefetcher, ForwardHooks, SRSeedPrefetcher
 
@@ -28,7 +28,6 @@ __all__ = [
     "ForwardHook",
     "ForwardHooks",
     "ForwardInfo",
-    "IncompleteSeedBatchError",
     "NestedForwardError",
     "RandintDrawer",
     "SRSeedPrefetcher",

@@ -3,7 +3,7 @@
 Stock vLLM calls `torch.randint(0, 2**32, (1,), device=...)` once per SSU
 call.  A drawer writes the values that a run of such calls would return, in
 order, advancing the device's default CUDA generator exactly as they would.
-The reset design in vLLM carries only the one-kernel drawer (core.reset): with
+The reset design in vLLM carries only the one-kernel op: with
 randint, every sync plan is slower than stock at some batch size, eagerly or
 under graphs (bench/results/sync-plan-defaults.md), and mixed prefill/decode
 batches run the Mamba op eagerly even under PIECEWISE graphs.  So where the
@@ -13,13 +13,23 @@ forward-context design's, and the bench's.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
+from typing import Protocol
 
 import torch
 
 from .baseline.prefetcher import RandintDrawer
-from .core.prefetch import SeedDrawer
-from .core.reset import kernel_drawer
+
+
+class SeedDrawer(Protocol):
+    """Fills `out` with len(out) stock draws' values, on the current stream;
+    `name` picks its default sync plan (variants.DEFAULT_SYNC_PLANS)."""
+
+    name: str
+
+    def draw(self, out: torch.Tensor) -> None: ...
+
 
 SEED_HIGH = 2**32
 """Stock's exclusive upper bound: `torch.randint(0, 2**32, (1,))`."""
@@ -36,6 +46,17 @@ def _kernel() -> SeedDrawer:
     return KernelDrawer()
 
 
+@functools.cache
+def kernel_drawer() -> SeedDrawer | str:
+    """The one-kernel drawer, built once per process; else why it cannot be."""
+    from .core.seed_kernel import SeedKernelUnavailable
+
+    try:
+        return _kernel()
+    except SeedKernelUnavailable as reason:
+        return f"the seed kernel is unavailable: {reason}"
+
+
 DRAWERS: dict[str, Callable[[], SeedDrawer]] = {
     RandintDrawer.name: RandintDrawer,
     "kernel": _kernel,
@@ -48,7 +69,7 @@ def drawer_factory(drawer: str | SeedDrawer) -> Callable[[], SeedDrawer | str]:
 
     Names are checked now; building waits until the factory is called, so an
     inactive prefetcher builds nothing.  Only "auto" may make a str: why the
-    kernel cannot be built (core.reset.kernel_drawer, cached per process).
+    kernel cannot be built (kernel_drawer, cached per process).
     """
     if not isinstance(drawer, str):
         return lambda: drawer

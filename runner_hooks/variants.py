@@ -13,11 +13,13 @@ from contextlib import contextmanager
 
 import torch
 
+from . import hooks
 from .baseline import prefetcher as baseline
+from .baseline.prefetcher import NO_CUDA, cuda_device
 from .baseline.side_stream import SideStreamSeedPrefetch, SyncPlan, UnjoinedCaptureError
-from .core import hooks, reset
-from .core.prefetch import SeedDrawer, SeedPrefetch
-from .drawers import drawer_factory
+from .core import reset
+from .core.prefetch import SeedPrefetch
+from .drawers import SeedDrawer, drawer_factory
 from .sync import resolve_sync_plan
 
 logger = logging.getLogger(__name__)
@@ -52,8 +54,8 @@ def _seed_prefetch(
         )
     name = type(owner).__name__
     if not plan.side_stream:
-        return SeedPrefetch(name, num_ssu_calls, device, drawer)
-    return SideStreamSeedPrefetch(name, num_ssu_calls, device, drawer, plan)
+        return SeedPrefetch(name, num_ssu_calls, device, drawer.draw)
+    return SideStreamSeedPrefetch(name, num_ssu_calls, device, drawer.draw, plan)
 
 
 def plan_of(prefetch: SeedPrefetch) -> SyncPlan:
@@ -77,12 +79,13 @@ class _ByName:
         )
 
 
-class SRSeedPrefetcher(_ByName, reset.SRSeedPrefetcher):
+class SRSeedPrefetcher(reset.SRSeedPrefetcher):
     """The reset design's prefetcher with a drawer and a sync plan by name.
 
     drawer: "auto" (the kernel where it builds, else inactive), "kernel",
     "randint", or a drawer; sync_plan: a name of SYNC_PLANS, a plan, or None
-    for the drawer's DEFAULT_SYNC_PLANS entry.
+    for the drawer's DEFAULT_SYNC_PLANS entry. Inactive (`inactive_reason`
+    says why) without CUDA or a drawer.
     """
 
     def __init__(
@@ -93,9 +96,30 @@ class SRSeedPrefetcher(_ByName, reset.SRSeedPrefetcher):
         sync_plan: str | SyncPlan | None = None,
         drawer: str | SeedDrawer = "auto",
     ) -> None:
-        self._make_drawer = drawer_factory(drawer)
-        self._sync_plan = None if sync_plan is None else resolve_sync_plan(sync_plan)
-        super().__init__(num_ssu_calls, device)
+        make_drawer = drawer_factory(drawer)
+        plan = None if sync_plan is None else resolve_sync_plan(sync_plan)
+        cuda = cuda_device(device, num_ssu_calls)
+        made = (
+            NO_CUDA
+            if cuda is None
+            else _seed_prefetch(self, num_ssu_calls, cuda, plan, make_drawer)
+        )
+        self.inactive_reason = made if isinstance(made, str) else None
+        super().__init__(None if isinstance(made, str) else made)
+
+    def on_forward_begin(self, info: hooks.ForwardInfo) -> None:
+        """As a hook of ForwardHooks: `forward()` for each forward that runs the
+        SSU and is not micro-batched."""
+        if info.runs_ssu and not info.micro_batched:
+            self._begin(info.full_cudagraph)
+        else:
+            self._batch, self._draw_at_first_seed = None, False
+
+    def on_forward_end(self, info: hooks.ForwardInfo) -> None:
+        """Ends the forward, also one whose body raised (ForwardHooks logs
+        what ending it raises then): a side stream is joined before a capture
+        ends."""
+        self._end()
 
 
 class ForwardContextSeedPrefetcher(_ByName, baseline.ForwardContextSeedPrefetcher):
@@ -119,7 +143,7 @@ class ForwardContextSeedPrefetcher(_ByName, baseline.ForwardContextSeedPrefetche
 
 
 class ForwardHooks(hooks.ForwardHooks):
-    """core's hooks; and where the body ended a CUDA graph capture with a side
+    """The runner hooks; and where the body ended a CUDA graph capture with a side
     stream of a hook unjoined, the body's exception propagates as itself.
 
     V1 runs torch.cuda.graph inside the hooks: when the body raises under

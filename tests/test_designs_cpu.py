@@ -22,8 +22,8 @@ from runner_hooks import (
     SRSeedPrefetcher,
     variants,
 )
-from runner_hooks.core import prefetch as prefetch_module
-from runner_hooks.core import reset as reset_module
+from runner_hooks import drawers
+from runner_hooks.baseline import prefetcher as prefetch_module
 
 N = 4
 
@@ -62,7 +62,8 @@ class FakePrefetch:
 def fake(monkeypatch: pytest.MonkeyPatch) -> FakePrefetch:
     prefetch = FakePrefetch()
     monkeypatch.setattr(variants, "_seed_prefetch", lambda *args: prefetch)
-    monkeypatch.setattr(prefetch_module, "cuda_device", lambda device, n: torch.device("cuda", 0))
+    for module in (variants, prefetch_module):
+        monkeypatch.setattr(module, "cuda_device", lambda device, n: torch.device("cuda", 0))
     return prefetch
 
 
@@ -259,19 +260,18 @@ def cuda_without_the_kernel(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(seed_kernel, "KernelDrawer", NoKernel)
-    reset_module.kernel_drawer.cache_clear()
+    drawers.kernel_drawer.cache_clear()
     yield built
-    reset_module.kernel_drawer.cache_clear()
+    drawers.kernel_drawer.cache_clear()
 
 
-@pytest.mark.parametrize("design", [reset_module.SRSeedPrefetcher, SRSeedPrefetcher])
 def test_without_the_kernel_the_reset_design_is_inactive_and_says_why(
-    cuda_without_the_kernel: list[str], design: type
+    cuda_without_the_kernel: list[str],
 ) -> None:
-    """vLLM's prefetcher (core) and the library's "auto": no randint fallback, which
-    is slower than stock eagerly; the build is tried once per process."""
-    first = design(N, torch.device("cuda", 0))
-    second = design(N, torch.device("cuda", 0))
+    """The library's "auto": no randint fallback, which is slower than stock
+    eagerly; the build is tried once per process."""
+    first = SRSeedPrefetcher(N, torch.device("cuda", 0))
+    second = SRSeedPrefetcher(N, torch.device("cuda", 0))
     assert first.prefetch is None and second.prefetch is None
     assert first.inactive_reason == second.inactive_reason
     assert "nvcc not found; install the toolkit" in first.inactive_reason
@@ -283,8 +283,8 @@ def test_a_named_randint_drawer_still_prefetches_without_the_kernel(
 ) -> None:
     made: list[str] = []
 
-    def record(owner, n, device, drawer, *rest):
-        made.append(drawer.name)
+    def record(owner, n, device, draw, *rest):
+        made.append(draw.__self__.name)
 
     monkeypatch.setattr(variants, "SideStreamSeedPrefetch", record)
     SRSeedPrefetcher(N, torch.device("cuda", 0), drawer="randint")
@@ -295,4 +295,3 @@ def test_without_cuda_the_reason_is_given() -> None:
     if torch.cuda.is_available():
         pytest.skip("CUDA is available here; this checks the no-CUDA path")
     assert SRSeedPrefetcher(N, "cuda").inactive_reason == prefetch_module.NO_CUDA
-    assert reset_module.SRSeedPrefetcher(N, "cuda").inactive_reason == prefetch_module.NO_CUDA

@@ -4,9 +4,9 @@ It runs on a CUDA device in the fork's CI and checks every seed against
 stock's `torch.randint` draws.  It is landing/test_sr_seed_prefetch.py, the
 reset design's.  The designs differ only in how a test opens a forward (as the
 model runners do under each): for the forward-context design, the
-`open_forward` fixture and the import of the vendored package are replaced by
-those of landing/test_sr_seed_prefetch_forward_context.py, its import put
-where isort puts it, all located by syntax.
+`open_forward` fixture is replaced by that of
+landing/test_sr_seed_prefetch_forward_context.py, and its import put where
+isort puts it, all located by syntax.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from collections.abc import Callable
 
 from .releases import Design
 from .syntax import Source, landing
-from .targets.ssu_dispatch import VENDORED_MODULE
 
 PATH = "tests/kernels/mamba/test_sr_seed_prefetch.py"
 TEST = "test_sr_seed_prefetch.py"
@@ -30,13 +29,11 @@ def render(design: str) -> str:
     if Design(design) is Design.RESET:
         return text
     base, part = Source(text, TEST), Source(landing(FORWARD_CONTEXT_PART), FORWARD_CONTEXT_PART)
-    vendored = _only(base, f"`from {VENDORED_MODULE} import ...`", _imports(VENDORED_MODULE))
     (new_import,) = [node for node in part.tree.body if isinstance(node, ast.ImportFrom)]
     fixture, new_fixture = (_only(s, f"def {FIXTURE}", _defines(FIXTURE)) for s in (base, part))
-    position = _sorted_position(base, new_import.module or "", vendored)
+    position = _sorted_position(base, new_import.module or "")
     edits = [
         (*_lines(base, fixture), _text(part, new_fixture)),
-        (*_lines(base, vendored), ""),
         (position, position, part.segment(new_import) + "\n"),
     ]
     for start, end, new in sorted(edits, key=lambda edit: edit[:2], reverse=True):
@@ -45,10 +42,6 @@ def render(design: str) -> str:
 
 
 Matches = Callable[[ast.stmt], bool]
-
-
-def _imports(module: str) -> Matches:
-    return lambda node: isinstance(node, ast.ImportFrom) and node.module == module
 
 
 def _defines(name: str) -> Matches:
@@ -76,15 +69,12 @@ def _text(source: Source, node: ast.stmt) -> str:
     return source.text[start:end]
 
 
-def _sorted_position(source: Source, module: str, replaced: ast.stmt) -> int:
-    """Where isort puts `from module import ...` among the file's `from vllm...` imports
-    (`replaced` being taken out)."""
+def _sorted_position(source: Source, module: str) -> int:
+    """Where isort puts `from module import ...` among the file's `from vllm...` imports."""
     vllm_imports = [
         node
         for node in source.tree.body
-        if isinstance(node, ast.ImportFrom)
-        and node is not replaced
-        and (node.module or "").split(".")[0] == "vllm"
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "vllm"
     ]
     after = [node for node in vllm_imports if (node.module or "") > module]
     if after:

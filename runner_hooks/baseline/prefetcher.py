@@ -9,8 +9,38 @@ from collections.abc import Callable
 
 import torch
 
-from ..core.prefetch import SeedBatch, SeedPrefetch, SeedPrefetcher
+from ..core.prefetch import SeedBatch, SeedPrefetch
 from .side_stream import PER_SEED, SideStreamSeedPrefetch
+
+NO_CUDA = "no CUDA device"
+
+
+def cuda_device(device: torch.device | str, num_seeds: int) -> torch.device | None:
+    """The CUDA device to prefetch `num_seeds` seeds on, or None without CUDA."""
+    if type(num_seeds) is not int or num_seeds < 1:
+        raise ValueError(f"num_ssu_calls must be a positive int, got {num_seeds!r}")
+    device = torch.device(device)
+    if device.type != "cuda" or not torch.cuda.is_available():
+        return None
+    if device.index is None:
+        device = torch.device("cuda", torch.accelerator.current_device_index())
+    return device
+
+
+class SeedPrefetcher:
+    """A prefetcher's machinery, `prefetch`, or None and why (`inactive_reason`)."""
+
+    def __init__(self, num_ssu_calls: int, device: torch.device | str) -> None:
+        cuda = cuda_device(device, num_ssu_calls)
+        made = NO_CUDA if cuda is None else self._seed_prefetch(num_ssu_calls, cuda)
+        self.prefetch = None if isinstance(made, str) else made
+        self.inactive_reason = made if isinstance(made, str) else None
+
+    def _seed_prefetch(
+        self, num_ssu_calls: int, device: torch.device
+    ) -> SeedPrefetch | str:
+        """The machinery for `num_ssu_calls` seeds on `device`, or why none."""
+        raise NotImplementedError
 
 
 class RandintDrawer:
@@ -55,7 +85,9 @@ class ForwardContextSeedPrefetcher(SeedPrefetcher):
     ) -> SeedPrefetch | str:
         owner = type(self).__name__
         drawer = RandintDrawer()
-        return SideStreamSeedPrefetch(owner, num_ssu_calls, device, drawer, PER_SEED)
+        return SideStreamSeedPrefetch(
+            owner, num_ssu_calls, device, drawer.draw, PER_SEED
+        )
 
     def next_seed(self) -> torch.Tensor | None:
         if self.prefetch is None:

@@ -27,17 +27,10 @@ from dataclasses import dataclass
 
 import torch
 
-from ..core.prefetch import (
-    IncompleteSeedBatchError,
-    SeedBatch,
-    SeedBuffer,
-    SeedDrawer,
-    SeedPrefetch,
-    _is_capturing,
-)
+from ..core.prefetch import SeedBatch, SeedBuffer, SeedPrefetch, _is_capturing
 
 
-class UnjoinedCaptureError(IncompleteSeedBatchError):
+class UnjoinedCaptureError(RuntimeError):
     """A capture ended before the side stream of its seed draws was joined."""
 
 
@@ -121,14 +114,14 @@ class SideStreamSeedPrefetch(SeedPrefetch):
         owner: str,
         num_seeds: int,
         device: torch.device,
-        drawer: SeedDrawer,
+        draw: Callable[[torch.Tensor], None],
         plan: SyncPlan,
     ) -> None:
         self.plan = plan
         self._segments = plan.segments(num_seeds)
         self._side_stream = torch.cuda.Stream(device)
         self._fork = torch.cuda.Event()
-        super().__init__(owner, num_seeds, device, drawer)
+        super().__init__(owner, num_seeds, device, draw)
         self._eager_buffer.whole.record_stream(self._side_stream)
 
     def _new_buffer(self) -> SideStreamBuffer:
@@ -159,7 +152,7 @@ class SideStreamSeedPrefetch(SeedPrefetch):
             side_stream.wait_event(handover)
         with torch.cuda.stream(side_stream):
             for segment, event in zip(buffer.segments, buffer.events, strict=True):
-                self.drawer.draw(segment)
+                self.draw(segment)
                 event.record(side_stream)
         return SideStreamSeedBatch(
             self.owner, buffer, self._device_index, under_capture, stream

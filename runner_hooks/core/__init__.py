@@ -1,8 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM project
-"""Per-forward hooks for model runners, and the Mamba SR seed prefetcher."""
+"""The Mamba SR seed prefetcher: a forward's seeds drawn up front."""
 
-from .hooks import ForwardHooks, ForwardInfo
+from .prefetch import SeedPrefetch
 from .reset import SRSeedPrefetcher
 
-__all__ = ["ForwardHooks", "ForwardInfo", "SRSeedPrefetcher"]
+__all__ = ["SRSeedPrefetcher", "SeedPrefetch"]

@@ -17,46 +17,29 @@ Race-free with CUDA stream order and events only:
 """
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
 
 import torch
 
 logger = logging.getLogger(__name__)
 
-NO_CUDA = "no CUDA device"
-
-# Read on every SSU call: no Python frame, no Stream object.
-_is_capturing = torch._C._cuda_isCurrentStreamCapturing
-_current_stream_handle = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+_is_capturing = torch.cuda.is_current_stream_capturing
 
 
-class IncompleteSeedBatchError(RuntimeError):
-    """A forward captured in a CUDA graph consumed fewer seeds than it drew."""
+def _public_stream_handle(device_index: int) -> int:
+    return torch.cuda.current_stream(device_index).cuda_stream
+
+
+# Read on every SSU call. The raw handle needs no Stream object; torch's public
+# equivalent builds one per call (see _public_stream_handle).
+_current_stream_handle: Callable[[int], int] = getattr(
+    torch._C, "_cuda_getCurrentRawStream", _public_stream_handle
+)
 
 
 class WrongStreamError(RuntimeError):
     """A seed was taken on another stream than the one its forward began on."""
-
-
-class SeedDrawer(Protocol):
-    """Fills `out` with len(out) stock draws' values, on the current stream."""
-
-    name: str
-
-    def draw(self, out: torch.Tensor) -> None: ...
-
-
-def cuda_device(device: torch.device | str, num_seeds: int) -> torch.device | None:
-    """The CUDA device to prefetch `num_seeds` seeds on, or None without CUDA."""
-    if type(num_seeds) is not int or num_seeds < 1:
-        raise ValueError(f"num_ssu_calls must be a positive int, got {num_seeds!r}")
-    device = torch.device(device)
-    if device.type != "cuda" or not torch.cuda.is_available():
-        return None
-    if device.index is None:
-        device = torch.device("cuda", torch.accelerator.current_device_index())
-    return device
 
 
 @dataclass(frozen=True, eq=False)
@@ -83,7 +66,7 @@ class SeedBatch:
         self._owner = owner
         self._seeds = buffer.seeds
         self._device_index = device_index
-        self._stream_handle = _current_stream_handle(device_index)  # type: ignore[misc]
+        self._stream_handle = _current_stream_handle(device_index)
         self.under_capture = under_capture
         self.consumed = 0
 
@@ -93,7 +76,7 @@ class SeedBatch:
         k = self.consumed
         if k >= len(self._seeds) or _is_capturing() != self.under_capture:
             return None
-        if _current_stream_handle(self._device_index) != self._stream_handle:  # type: ignore[misc]
+        if _current_stream_handle(self._device_index) != self._stream_handle:
             raise WrongStreamError(
                 f"{self._owner}: seed {k} taken on {torch.cuda.current_stream()}, "
                 f"but its forward began on stream {self._stream_handle:#x}; all "
@@ -111,13 +94,19 @@ class SeedPrefetch:
     """Draws each forward's N seeds on the forward's stream as it begins."""
 
     def __init__(
-        self, owner: str, num_seeds: int, device: torch.device, drawer: SeedDrawer
+        self,
+        owner: str,
+        num_seeds: int,
+        device: torch.device,
+        draw: Callable[[torch.Tensor], None],
     ) -> None:
+        """`draw(out)` fills `out` with len(out) stock draws' values, on the
+        current stream, advancing the CUDA generator as they would."""
         self.owner = owner
         self.num_seeds = num_seeds
         self.device = device
         self._device_index = device.index
-        self.drawer = drawer
+        self.draw = draw
         self._eager_buffer = self._new_buffer()
         # The last eager forward's stream (None before the first) and handle.
         self._eager_stream: torch.cuda.Stream | None = None
@@ -131,7 +120,7 @@ class SeedPrefetch:
 
     def _hand_over(self) -> torch.cuda.Event | None:
         """The event an eager forward's draws wait on, if its stream changed."""
-        handle = _current_stream_handle(self._device_index)  # type: ignore[misc]
+        handle = _current_stream_handle(self._device_index)
         if handle == self._eager_stream_handle:
             return None
         previous = self._eager_stream
@@ -154,41 +143,21 @@ class SeedPrefetch:
     ) -> SeedBatch:
         if handover is not None:
             handover.wait()
-        self.drawer.draw(buffer.whole)
+        self.draw(buffer.whole)
         return SeedBatch(self.owner, buffer, self._device_index, under_capture)
 
     def finish(self, batch: SeedBatch) -> None:
-        """Closes a forward; reports a batch that was not fully consumed."""
+        """Closes a forward; one that left seeds unconsumed is a warning, once
+        (a capture too: a performance option never stops an engine)."""
         if batch.complete:
             return
-        if batch.under_capture:
-            raise IncompleteSeedBatchError(
-                f"{self.owner}: a captured forward consumed {batch.consumed} of "
-                f"the {self.num_seeds} seeds it drew; it must call the SSU once per "
-                "Mamba-2 layer, or be marked runs_ssu=False"
-            )
         if not self._warned_unconsumed:
             self._warned_unconsumed = True
             logger.warning(
-                "%s: a forward consumed %d of the %d seeds it drew, so later seeds "
-                "differ from stock's (warned once)",
+                "%s: a %sforward consumed %d of the %d seeds it drew, so its "
+                "later seeds differ from stock's (warned once)",
                 self.owner,
+                "captured " if batch.under_capture else "",
                 batch.consumed,
                 self.num_seeds,
             )
-
-
-class SeedPrefetcher:
-    """A prefetcher's machinery, `prefetch`, or None and why (`inactive_reason`)."""
-
-    def __init__(self, num_ssu_calls: int, device: torch.device | str) -> None:
-        cuda = cuda_device(device, num_ssu_calls)
-        made = NO_CUDA if cuda is None else self._seed_prefetch(num_ssu_calls, cuda)
-        self.prefetch = None if isinstance(made, str) else made
-        self.inactive_reason = made if isinstance(made, str) else None
-
-    def _seed_prefetch(
-        self, num_ssu_calls: int, device: torch.device
-    ) -> SeedPrefetch | str:
-        """The machinery for `num_ssu_calls` seeds on `device`, or why none."""
-        raise NotImplementedError

@@ -1,49 +1,44 @@
 # SPDX-License-Identifier: Apache-2.0
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM project
-"""The seed prefetcher of a model runner's forward hooks."""
+"""The Mamba SR seed prefetcher, told by the model runner where each forward is."""
 
-import functools
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import torch
 
-from .hooks import ForwardInfo
-from .prefetch import SeedBatch, SeedDrawer, SeedPrefetch, SeedPrefetcher
+from .prefetch import SeedBatch, SeedPrefetch
 
 
-@functools.cache
-def kernel_drawer() -> SeedDrawer | str:
-    """The one-kernel drawer, built once per process; else why it cannot be."""
-    from .seed_kernel import KernelDrawer, SeedKernelUnavailable
+class SRSeedPrefetcher:
+    """The k-th `next_seed()` inside `forward()` returns seed k, drawn as the
+    forward begins (a FULL graph: at its first call, inside the capture).
+    None (the caller draws inline, as stock) outside a forward, beyond N calls,
+    under capture for seeds not drawn in it, and while inactive."""
 
-    try:
-        return KernelDrawer()
-    except SeedKernelUnavailable as reason:
-        return f"the seed kernel is unavailable: {reason}"
+    def __init__(self, prefetch: SeedPrefetch | None) -> None:
+        """`prefetch` draws the seeds; None: inactive, every call draws as stock."""
+        self.prefetch = prefetch
+        self._batch: SeedBatch | None = None
+        self._draw_at_first_seed = False
 
+    @contextmanager
+    def forward(self, full_cudagraph: bool = False) -> Iterator[None]:
+        """Runs the body as one forward that calls the SSU once per Mamba-2
+        layer; `full_cudagraph`: it is a FULL CUDA graph's capture or replay."""
+        self._begin(full_cudagraph)
+        try:
+            yield
+        except BaseException:
+            self._batch, self._draw_at_first_seed = None, False
+            raise
+        self._end()
 
-class SRSeedPrefetcher(SeedPrefetcher):
-    """A forward hook: the k-th `next_seed()` of a forward returns seed k, drawn
-    as the forward begins (a FULL graph: at its first call, inside the capture).
-    None (the caller draws inline, as stock) outside a forward, for forwards that
-    do not run the SSU or are micro-batched, beyond N calls, while inactive, and
-    under capture for seeds not drawn in it."""
-
-    _batch: SeedBatch | None = None
-    _draw_at_first_seed = False
-
-    def _seed_prefetch(
-        self, num_ssu_calls: int, device: torch.device
-    ) -> SeedPrefetch | str:
-        drawer = kernel_drawer()
-        if isinstance(drawer, str):
-            return drawer
-        return SeedPrefetch(type(self).__name__, num_ssu_calls, device, drawer)
-
-    def on_forward_begin(self, info: ForwardInfo) -> None:
+    def _begin(self, full_cudagraph: bool) -> None:
         self._batch, self._draw_at_first_seed = None, False
-        if self.prefetch is None or not info.runs_ssu or info.micro_batched:
+        if self.prefetch is None:
             return
-        if info.full_cudagraph:
+        if full_cudagraph:
             self._draw_at_first_seed = True
         else:
             self._batch = self.prefetch.schedule()
@@ -51,13 +46,13 @@ class SRSeedPrefetcher(SeedPrefetcher):
     def next_seed(self) -> torch.Tensor | None:
         batch = self._batch
         if batch is None:
-            if not self._draw_at_first_seed:
+            if not self._draw_at_first_seed or self.prefetch is None:
                 return None
             self._draw_at_first_seed = False
-            batch = self._batch = self.prefetch.schedule()  # type: ignore[union-attr]
+            batch = self._batch = self.prefetch.schedule()
         return batch.take()
 
-    def on_forward_end(self, info: ForwardInfo) -> None:
+    def _end(self) -> None:
         batch, self._batch, self._draw_at_first_seed = self._batch, None, False
-        if batch is not None:
-            self.prefetch.finish(batch)  # type: ignore[union-attr]
+        if batch is not None and self.prefetch is not None:
+            self.prefetch.finish(batch)

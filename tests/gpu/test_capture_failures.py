@@ -1,5 +1,7 @@
-"""A captured forward that consumes fewer than N seeds fails loudly, never silently,
-and a forward that fails for its own reasons fails with its own error.
+"""A captured forward that consumes fewer than N seeds is never silent, and never
+stops an engine where stock would run: a warning says so, unless a side stream of
+its draws was left unjoined, which CUDA itself refuses at the end of the capture.
+A forward that fails for its own reasons fails with its own error.
 
 When the capture itself fails (the side stream was left unjoined), CUDA
 reports it at the end of capture; such a failure is run in a subprocess so
@@ -73,21 +75,23 @@ def failure_chain(design: str, sync_plan: str, hook_inside: bool) -> list[list[s
 
 
 @pytest.mark.parametrize("sync_plan", sorted(SYNC_PLANS))
-def test_baseline_capture_that_leaves_seeds_fails(sync_plan: str) -> None:
-    chain = failure_chain("baseline", sync_plan, hook_inside=True)
-    assert chain, "a capture that consumed 1 of N seeds went unnoticed"
+def test_baseline_capture_that_leaves_seeds_warns_or_fails_in_cuda(sync_plan: str) -> None:
+    chain, stderr = run_script(SCRIPT, "baseline", sync_plan, "1")
+    if not SYNC_PLANS[sync_plan].side_stream:
+        assert chain == [], chain
+        assert "captured forward consumed 1 of the 12" in stderr, stderr
+        return
+    assert chain, "a capture that left a side stream unjoined went unnoticed"
     names = [name for name, _ in chain]
     messages = " | ".join(message for _, message in chain)
-    ours = "IncompleteSeedBatchError" in names and "ForwardContextSeedPrefetcher" in messages
-    cudas = "capture" in messages.lower()
-    assert ours or cudas, chain
+    assert "UnjoinedCaptureError" in names or "capture" in messages.lower(), chain
 
 
 def test_reset_capture_inside_the_hook_names_the_prefetcher() -> None:
     """Hook outside the capture (V1): CUDA fails the capture, and that error
     propagates as itself (the forward's body failed); the log says why."""
     chain, stderr = run_script(SCRIPT, "reset", "per_seed", "0")
-    assert chain and chain[0][0] != "IncompleteSeedBatchError", chain
+    assert chain and chain[0][0] != "UnjoinedCaptureError", chain
     assert "capture" in " ".join(message for _, message in chain).lower(), chain
     assert "UnjoinedCaptureError" in stderr and "consumed 1 of the 12" in stderr, stderr
 

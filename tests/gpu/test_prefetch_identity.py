@@ -11,7 +11,7 @@ import logging
 import pytest
 import torch
 
-from runner_hooks import IncompleteSeedBatchError, WrongStreamError
+from runner_hooks import WrongStreamError
 
 from .harness import (
     DECODE,
@@ -166,21 +166,24 @@ def test_reset_eager_forward_that_leaves_seeds_warns_once(
     assert f"consumed {consumed} of the {NUM_LAYERS} seeds" in warnings[0]
 
 
-def test_reset_capture_that_leaves_seeds_fails_with_a_clear_error(
-    sync_plan: str, drawer: str
+def test_reset_capture_that_leaves_seeds_warns_and_captures(
+    sync_plan: str, drawer: str, caplog: pytest.LogCaptureFixture
 ) -> None:
+    """A performance option never stops an engine: the capture ends cleanly."""
     runner = Runner("reset", sync_plan, drawer)
     runner.decode()
     record = runner.new_record()
     graph = torch.cuda.CUDAGraph()
-    error = r"SRSeedPrefetcher: .* consumed 1 of the"
     with (
-        pytest.raises(IncompleteSeedBatchError, match=error),
+        caplog.at_level(logging.WARNING, logger="runner_hooks"),
         torch.cuda.graph(graph),
         runner.forward(FULL_GRAPH),
     ):
         runner.layers(record, calls=1)
+    graph.replay()
     torch.cuda.synchronize()  # the capture ended cleanly: the device is fine
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any("captured forward consumed 1 of the" in w for w in warnings), warnings
 
 
 def test_reset_seeds_drawn_eagerly_are_not_handed_to_a_capture(

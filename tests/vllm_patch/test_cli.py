@@ -365,8 +365,8 @@ def test_status_flags_a_vendored_copy_that_runner_hooks_has_moved_past(
     small_tree: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert run(capsys, "apply", small_tree)[0] == 0
-    hooks = small_tree / vendor.VENDORED_PACKAGE / "hooks.py"
-    hooks.write_text(hooks.read_text() + "# an old copy\n")
+    reset = small_tree / vendor.VENDORED_PACKAGE / "reset.py"
+    reset.write_text(reset.read_text() + "# an old copy\n")
     status, out = run(capsys, "status", small_tree)
     assert status == 0, out
     assert "stale" in out

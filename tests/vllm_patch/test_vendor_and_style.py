@@ -58,7 +58,7 @@ def test_a_module_without_vllms_header_or_with_an_absolute_import_is_refused() -
 
 
 EXPECTED = {
-    Design.RESET: {"__init__.py", "hooks.py", "prefetch.py", "reset.py", "seed_kernel.py"},
+    Design.RESET: {"__init__.py", "prefetch.py", "reset.py"},
     Design.FORWARD_CONTEXT: {"__init__.py", "prefetcher.py", "side_stream.py", "prefetch.py"},
 }
 """What each design lands in vLLM: its unit, and the shared machinery it imports."""
@@ -114,9 +114,9 @@ def test_a_module_is_vendored_once_the_unit_imports_it(tmp_path: Path) -> None:
 def test_a_file_naming_anything_outside_vllm_is_refused(tmp_path: Path) -> None:
     source = tmp_path / "runner_hooks"
     shutil.copytree(vendor.source_dir(), source, ignore=shutil.ignore_patterns("__pycache__"))
-    hooks = source / "core" / "hooks.py"
-    hooks.write_text(hooks.read_text() + "# measured: bench/results/x.md\n")
-    with pytest.raises(vendor.VendorError, match=r"core/hooks\.py names 'bench/'"):
+    reset = source / "core" / "reset.py"
+    reset.write_text(reset.read_text() + "# measured: bench/results/x.md\n")
+    with pytest.raises(vendor.VendorError, match=r"core/reset\.py names 'bench/'"):
         vendor.vendored_files(Design.RESET, source)
 
 

@@ -1,7 +1,6 @@
 # Lands in vllm/envs.py, shaped as that file is: each declaration is appended to its
-# `if TYPE_CHECKING:` block, each definition to its `environment_variables` dict. Not
-# added to ignored_factors, so the variable is part of the compile cache hash, like its
-# neighbours.
+# `if TYPE_CHECKING:` block, each definition to its `environment_variables` dict, and
+# each name to compile_factors' `ignored_factors` set.
 
 if TYPE_CHECKING:
     VLLM_MAMBA_SR_SEED_PREFETCH: bool = False
@@ -13,4 +12,10 @@ environment_variables: dict[str, Callable[[], Any]] = {
     "VLLM_MAMBA_SR_SEED_PREFETCH": lambda: bool(
         int(os.getenv("VLLM_MAMBA_SR_SEED_PREFETCH", "0"))
     ),
+}
+
+ignored_factors = {
+    # Where the Mamba SR seeds are drawn, not their values; the SSU runs in an
+    # opaque custom op, so no compiled graph changes with it.
+    "VLLM_MAMBA_SR_SEED_PREFETCH",
 }

@@ -1,5 +1,5 @@
-# Lands in ssu_dispatch.py after the gate (ssu_gate.py): the reset design's attach, the
-# relay its model runners register, and how they tell whether a batch runs the SSU.
+# Lands in ssu_dispatch.py after the gate (ssu_gate.py): the reset design's attach, and
+# what its model runners call around each forward.
 
 
 def _attach_sr_seed_prefetcher(
@@ -14,49 +14,56 @@ def _attach_sr_seed_prefetcher(
     if not envs.VLLM_MAMBA_SR_SEED_PREFETCH:
         return
     blocker = _sr_seed_prefetch_blocker(mamba_config, kv_cache_config)
+    if blocker is None:
+        try:
+            import vllm._mamba_sr_C  # noqa: F401
+        except ImportError:
+            blocker = "this build of vLLM lacks the _mamba_sr_C extension"
     if blocker is not None:
         logger.info_once("VLLM_MAMBA_SR_SEED_PREFETCH is set but unused: %s.", blocker)
         return
-    _sr_seed_prefetcher = SRSeedPrefetcher(len(layers), "cuda")
-    inactive = _sr_seed_prefetcher.inactive_reason
-    (logger.info_once if inactive is None else logger.warning_once)(
+    from vllm import _custom_ops as ops
+
+    device = torch.device("cuda", torch.cuda.current_device())
+    _sr_seed_prefetcher = SRSeedPrefetcher(
+        SeedPrefetch(
+            "Mamba SR seed prefetch", len(layers), device, ops.mamba_sr_stock_seeds
+        )
+    )
+    logger.info_once(
         "Prefetching Mamba stochastic-rounding seeds for %d layers per forward "
-        "(explicit-reset design, %s %s%s).",
+        "(%s %s).",
         len(layers),
         mamba_config.backend.value,
         "ReplaySSM" if replayssm else "SSU",
-        "" if inactive is None else f", inactive: {inactive}",
     )
 
 
-def register_mamba_sr_seed_hook(hooks: ForwardHooks) -> None:
-    """Registers the seed relay on a model runner's hooks if
-    VLLM_MAMBA_SR_SEED_PREFETCH is set (unset, its forwards run no hook)."""
-    if envs.VLLM_MAMBA_SR_SEED_PREFETCH:
-        hooks.register(MambaSRSeedHook())
+def sr_seed_forward(
+    attn_metadata: dict[str, Any] | list[Any] | None,
+    *,
+    micro_batched: bool = False,
+    full_cudagraph: bool = False,
+) -> AbstractContextManager[None]:
+    """What a model runner wraps each model forward in: where a seed prefetcher
+    is attached and the forward runs the SSU, not micro-batched, its SSU calls
+    take seeds drawn for it; else nothing. `full_cudagraph`: the forward is a
+    FULL CUDA graph's capture or replay (its seeds are drawn inside the graph)."""
+    if (
+        _sr_seed_prefetcher is None
+        or micro_batched
+        or not _batch_runs_mamba_ssu(attn_metadata)
+    ):
+        return _NO_SR_SEED_FORWARD
+    return _sr_seed_prefetcher.forward(full_cudagraph)
 
 
-class MambaSRSeedHook:
-    """Relays a model runner's forwards to the seed prefetcher attached now."""
-
-    def on_forward_begin(self, info: ForwardInfo) -> None:
-        if _sr_seed_prefetcher is not None:
-            _sr_seed_prefetcher.on_forward_begin(info)
-
-    def on_forward_end(self, info: ForwardInfo) -> None:
-        if _sr_seed_prefetcher is not None:
-            _sr_seed_prefetcher.on_forward_end(info)
-
-
-def batch_runs_mamba_ssu(attn_metadata: dict[str, Any] | list[Any] | None) -> bool:
-    """Whether a forward with this attention metadata (a list: one per
-    micro-batch) calls the Mamba SSU: MambaMixer2 does only for decode tokens,
-    and one Mamba-2 layer's metadata tells for all."""
-    if _mamba2_probe_layer is None or attn_metadata is None:
+def _batch_runs_mamba_ssu(attn_metadata: dict[str, Any] | list[Any] | None) -> bool:
+    """Whether a forward with this attention metadata calls the Mamba SSU:
+    MambaMixer2 does only for decode tokens, and one Mamba-2 layer's metadata
+    tells for all. Micro-batched metadata (a list) says no: the prefetcher
+    leaves such forwards to the inline draw."""
+    if _mamba2_probe_layer is None or not isinstance(attn_metadata, dict):
         return False
-    per_ubatch = attn_metadata if isinstance(attn_metadata, list) else [attn_metadata]
-    return any(
-        (metadata := per_layer.get(_mamba2_probe_layer)) is not None
-        and metadata.num_decodes > 0
-        for per_layer in per_ubatch
-    )
+    metadata = attn_metadata.get(_mamba2_probe_layer)
+    return metadata is not None and metadata.num_decodes > 0

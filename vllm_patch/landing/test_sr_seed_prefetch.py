@@ -1,7 +1,7 @@
 # Lands in a vLLM source tree (not an installed vLLM) as
 # tests/kernels/mamba/test_sr_seed_prefetch.py: as it is for the reset design; for the
-# forward-context design, with the open_forward fixture and its import of the
-# vendored package replaced by those of test_sr_seed_prefetch_forward_context.py
+# forward-context design, with the open_forward fixture replaced by that of
+# test_sr_seed_prefetch_forward_context.py, and its import added
 # (vllm_patch/fork_test.py).
 
 # SPDX-License-Identifier: Apache-2.0
@@ -17,6 +17,7 @@ import importlib
 import inspect
 from collections.abc import Callable
 from contextlib import AbstractContextManager
+from types import SimpleNamespace
 from typing import Any, cast
 
 import pytest
@@ -24,10 +25,6 @@ import torch
 
 from vllm.config.mamba import MambaBackendEnum, MambaConfig
 from vllm.model_executor.layers.mamba.ops import mamba_ssm, ssu_dispatch
-from vllm.model_executor.layers.mamba.ops.sr_seed_prefetch import (
-    ForwardHooks,
-    ForwardInfo,
-)
 from vllm.platforms import current_platform
 from vllm.v1.kv_cache_interface import KVCacheConfig, KVCacheGroupSpec, MambaSpec
 
@@ -288,13 +285,15 @@ def harness(
 
 @pytest.fixture
 def open_forward() -> OpenForward:
-    """Opens a forward as the model runners do: through their ForwardHooks,
-    on which they register a MambaSRSeedHook."""
-    hooks = ForwardHooks()
-    hooks.register(ssu_dispatch.MambaSRSeedHook())
+    """Opens a forward as the model runners do: inside sr_seed_forward, given
+    attention metadata with decode tokens in the Mamba-2 layers."""
+    decode = {
+        f"model.layers.{i}.mixer": SimpleNamespace(num_decodes=1)
+        for i in range(NUM_LAYERS)
+    }
 
     def forward(full_cudagraph: bool = False) -> AbstractContextManager[None]:
-        return hooks.forward(ForwardInfo(runs_ssu=True, full_cudagraph=full_cudagraph))
+        return ssu_dispatch.sr_seed_forward(decode, full_cudagraph=full_cudagraph)
 
     return forward
 

@@ -1,13 +1,7 @@
 # Lands beside the V2 runner's `set_forward_context(...)` in execute_model (the reset
-# design), as another context manager of the same `with`: the PIECEWISE and eager
-# forwards (a FULL graph is replayed in the branch before, with no Python forward
-# and nothing for the hooks to do). ATTN_METADATA is read off that call. With no
-# hook registered (the flag unset), nothing is built.
+# design), as another context manager of the same `with`: the PIECEWISE, eager and DBO
+# forwards (a FULL graph is replayed in the branch before, with no Python forward; its
+# seeds are drawn inside the graph). ATTN_METADATA is read off that call; a DBO
+# forward (`ubatch_state`, 0.30.0 on) draws its seeds inline.
 
-self.forward_hooks.forward(
-    sr_seed_prefetch.ForwardInfo(
-        runs_ssu=batch_runs_mamba_ssu(ATTN_METADATA)
-    )
-    if self.forward_hooks.active
-    else None
-)
+sr_seed_forward(ATTN_METADATA, micro_batched=MICRO_BATCHED)

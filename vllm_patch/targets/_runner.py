@@ -1,5 +1,5 @@
-"""What the model-runner modules share: the hook imports, the hooks an __init__ creates,
-and reading a `set_forward_context(...)` call for the placeholders of landing code."""
+"""What the model-runner modules share: the import of sr_seed_forward, and reading a
+`set_forward_context(...)` call for the placeholders of landing code."""
 
 from __future__ import annotations
 
@@ -17,73 +17,32 @@ from ..syntax import (
     imports_from,
     is_call,
     keyword,
-    landing,
 )
 from .ssu_dispatch import PATH as SSU_DISPATCH_PATH
-from .ssu_dispatch import VENDORED_MODULE
 
 SSU_DISPATCH_MODULE = SSU_DISPATCH_PATH.removesuffix(".py").replace("/", ".")
-_PACKAGE, _, _NAME = VENDORED_MODULE.rpartition(".")
-HOOKS_IMPORT = f"from {_PACKAGE} import {_NAME}\n"
-"""The runners name the hook contract through its package (`sr_seed_prefetch.ForwardInfo`)."""
+FORWARD = "sr_seed_forward"
+"""What the runners wrap each model forward in (ssu_dispatch.py)."""
 
 
-def hook_imports(relay: bool) -> list[Operation]:
-    """The hook contract imported before the runner's ssu_dispatch import, and the
-    relay (a runner) or batch_runs_mamba_ssu alone (the V2 capture) added to it; a file
-    without an ssu_dispatch import gets one after vllm.logger's."""
-    names = (
-        ("register_mamba_sr_seed_hook", "batch_runs_mamba_ssu")
-        if relay
-        else ("batch_runs_mamba_ssu",)
-    )
-    ssu_import = Find(
-        "",
-        f"`from {SSU_DISPATCH_MODULE} import ...`",
-        imports_from(SSU_DISPATCH_MODULE),
-        direct=True,
-    )
-    if relay:
-        return [
-            InsertStatements(
-                why="import the hook contract",
-                at=ssu_import,
-                code=HOOKS_IMPORT,
-                after=False,
+def forward_import(*, runner: bool) -> Operation:
+    """sr_seed_forward added to a runner's ssu_dispatch import; the V2 graph manager,
+    which has none, gets one after vllm.logger's."""
+    if runner:
+        return AddImportedNames(
+            why=f"import {FORWARD}",
+            at=Find(
+                "",
+                f"`from {SSU_DISPATCH_MODULE} import ...`",
+                imports_from(SSU_DISPATCH_MODULE),
+                direct=True,
             ),
-            AddImportedNames(
-                why="import the SSU's hook registration and batch_runs_mamba_ssu",
-                at=ssu_import,
-                names=names,
-            ),
-        ]
-    return [
-        InsertStatements(
-            why="import the hook contract and batch_runs_mamba_ssu",
-            at=Find("", "`from vllm.logger import ...`", imports_from("vllm.logger"), direct=True),
-            code=HOOKS_IMPORT + f"from {SSU_DISPATCH_MODULE} import batch_runs_mamba_ssu\n",
+            names=(FORWARD,),
         )
-    ]
-
-
-def _mentions_hooks(node: ast.AST) -> bool:
-    return "forward_hooks" in ast.unparse(node)
-
-
-def hooks_in_init(runner_class: str) -> InsertStatements:
-    """The runner owns its ForwardHooks, the seed relay registered if the flag is
-    set: at the end of __init__ (after its last statement that the patch did not
-    add)."""
     return InsertStatements(
-        why="the runner owns its forward hooks, the seed hook registered if the flag is set",
-        at=Find(
-            f"{runner_class}.__init__",
-            "statement",
-            lambda n: not _mentions_hooks(n),
-            direct=True,
-            pick="last",
-        ),
-        code="\n" + landing("runner_hooks_init.py"),
+        why=f"import {FORWARD}",
+        at=Find("", "`from vllm.logger import ...`", imports_from("vllm.logger"), direct=True),
+        code=f"from {SSU_DISPATCH_MODULE} import {FORWARD}\n",
     )
 
 

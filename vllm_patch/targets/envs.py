@@ -1,7 +1,11 @@
-"""vllm/envs.py: the variables a design reads, declared for type checkers and defined.
+"""vllm/envs.py: the variables a design reads, declared for type checkers, defined,
+and left out of the compile cache hash.
 
-landing/envs.py holds both, shaped as envs.py is; each design takes the
-variables it reads from there.
+landing/envs.py holds all three, shaped as envs.py is; each design takes the
+variables it reads from there.  The variable picks where the seeds are drawn,
+not their values, and the SSU runs inside an opaque custom op, so the compiled
+graph is the same with it on or off: hashing it would only throw away the
+torch.compile cache on a toggle (tests/vllm_patch/patched/test_compile_hash.py).
 """
 
 from __future__ import annotations
@@ -65,6 +69,37 @@ class LastDefinition(Find):
         return entries[-1]
 
 
+@dataclass(frozen=True)
+class LastIgnoredFactor(Find):
+    """The last element of compile_factors' `ignored_factors` set that the patch did
+    not add."""
+
+    def node(self, source: Source) -> ast.AST:
+        ignored = Find(
+            "compile_factors",
+            "`ignored_factors` set",
+            lambda n: (
+                isinstance(n, ast.AnnAssign | ast.Assign)
+                and isinstance(n.value, ast.Set)
+                and "ignored_factors"
+                in [
+                    ast.unparse(t) for t in (n.targets if isinstance(n, ast.Assign) else [n.target])
+                ]
+            ),
+            direct=True,
+        ).node(source)
+        assert isinstance(ignored, ast.AnnAssign | ast.Assign)
+        assert isinstance(ignored.value, ast.Set)
+        elements = [
+            e
+            for e in ignored.value.elts
+            if not (isinstance(e, ast.Constant) and _is_ours(str(e.value)))
+        ]
+        if not elements:
+            raise SiteError("compile_factors' `ignored_factors` set is empty")
+        return elements[-1]
+
+
 def _landing_parts(names: tuple[str, ...]) -> tuple[str, str]:
     """The declarations and the definitions of `names`, from landing/envs.py."""
     text = landing("envs.py")
@@ -105,7 +140,7 @@ def operations(design: Design) -> FileOperations:
         PATH,
         (
             InsertStatements(
-                why="declare the env vars for type checkers",
+                why="declare the variable for type checkers",
                 at=Find(
                     "",
                     "declaration in the `if TYPE_CHECKING:` block",
@@ -116,9 +151,33 @@ def operations(design: Design) -> FileOperations:
                 code=declarations,
             ),
             InsertStatements(
-                why="define the env vars, part of the compile cache hash",
+                why="define the variable",
                 at=LastDefinition("", "entry of `environment_variables`", lambda n: False),
                 code=definitions,
             ),
+            InsertStatements(
+                why="leave it out of the compile cache hash (it changes no compiled graph)",
+                at=LastIgnoredFactor(
+                    "compile_factors", "element of `ignored_factors`", lambda n: False
+                ),
+                code=_ignored(VARIABLES[design]),
+            ),
         ),
     )
+
+
+def _ignored(names: tuple[str, ...]) -> str:
+    """The `ignored_factors` entries of `names`, with landing/envs.py's comment."""
+    text = landing("envs.py")
+    source = Source(text, "landing/envs.py")
+    ignored = next(n for n in source.tree.body if isinstance(n, ast.Assign))
+    assert isinstance(ignored.value, ast.Set)
+    lines = text.splitlines(keepends=True)
+    entries, previous_end = [], ignored.lineno
+    for element in ignored.value.elts:
+        assert isinstance(element, ast.Constant) and element.end_lineno is not None
+        entry = "".join(lines[previous_end : element.end_lineno])
+        previous_end = element.end_lineno
+        if element.value in names:
+            entries.append(entry)
+    return textwrap.dedent("".join(entries))

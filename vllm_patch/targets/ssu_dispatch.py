@@ -8,7 +8,7 @@ Both designs: `FlashInferSSUBackend.__call__` takes its seed from
 `_prefetched_sr_seed()` and draws as stock only without one, and
 `initialize_mamba_ssu_backend` attaches a prefetcher where it applies.  The
 designs differ in the prefetcher they attach and in what the runners see: the
-reset design adds the relay and `batch_runs_mamba_ssu` for the runners.
+reset design adds `sr_seed_forward`, which the runners wrap each forward in.
 """
 
 from __future__ import annotations
@@ -229,7 +229,22 @@ def operations(design: Design) -> FileOperations:
     if design is Design.RESET:
         own: list[Operation] = [
             InsertStatements(
-                why="typing.Any for batch_runs_mamba_ssu's signature",
+                why="contextlib for the runners' per-forward context",
+                at=Find(
+                    "",
+                    "import of the standard library that sorts before contextlib",
+                    lambda n: (
+                        stdlib_import(n)
+                        and isinstance(n, ast.ImportFrom)
+                        and (n.module or "") < "contextlib"
+                    ),
+                    direct=True,
+                    pick="last",
+                ),
+                code="from contextlib import AbstractContextManager, nullcontext\n",
+            ),
+            InsertStatements(
+                why="typing.Any for sr_seed_forward's signature",
                 at=Find(
                     "",
                     "import of the standard library",
@@ -240,9 +255,8 @@ def operations(design: Design) -> FileOperations:
                 code="from typing import Any\n",
             ),
             _import_line(
-                f"from {VENDORED_MODULE} import (\n    ForwardHooks,\n"
-                "    ForwardInfo,\n    SRSeedPrefetcher,\n)\n",
-                "import the vendored hook contract and prefetcher",
+                f"from {VENDORED_MODULE} import (\n    SRSeedPrefetcher,\n    SeedPrefetch,\n)\n",
+                "import the vendored prefetcher",
                 "vllm.logger",
                 after=True,
             ),
@@ -253,8 +267,7 @@ def operations(design: Design) -> FileOperations:
             ),
             _helpers(
                 landing("ssu_reset.py"),
-                "the gate, the runner-facing hook relay and its registration, and "
-                "batch_runs_mamba_ssu",
+                "the gate, and sr_seed_forward: what the model runners wrap each forward in",
             ),
         ]
     else:

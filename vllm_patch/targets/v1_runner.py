@@ -1,7 +1,7 @@
 """vllm/v1/worker/gpu_model_runner.py (the V1 runner), reset design only.
 
 Two call sites cover every forward of the target model:
-- execute_model: the hooks join the `with` around `self._model_forward(...)`,
+- execute_model: sr_seed_forward joins the `with` around `self._model_forward(...)`,
   beside `set_forward_context`: eager, PIECEWISE and FULL replay (inside
   CUDAGraphWrapper), micro-batched (UBatchWrapper splits inside the call).
 - _dummy_run: likewise around `self.model(...)`: the profile run, warm-up, DP
@@ -15,8 +15,7 @@ from ..syntax import AddWithItem, FileOperations, landing
 from ._runner import (
     forward_context_names,
     forward_context_with,
-    hook_imports,
-    hooks_in_init,
+    forward_import,
     is_forward_context_item,
 )
 
@@ -32,10 +31,9 @@ def operations(release: Release) -> FileOperations:
     return FileOperations(
         PATH,
         (
-            *hook_imports(relay=True),
-            hooks_in_init("GPUModelRunner"),
+            forward_import(runner=True),
             AddWithItem(
-                why="execute_model: the model forward runs inside the hooks",
+                why="execute_model: the model forward runs inside sr_seed_forward",
                 site=Site.V1_EXECUTE_MODEL,
                 at=_EXECUTE_MODEL,
                 after_item=is_forward_context_item,
@@ -44,7 +42,7 @@ def operations(release: Release) -> FileOperations:
             ),
             AddWithItem(
                 why="_dummy_run: profile, warm-up, capture and DP dummy forwards run inside "
-                "the hooks",
+                "sr_seed_forward",
                 site=Site.V1_DUMMY_RUN,
                 at=_DUMMY_RUN,
                 after_item=is_forward_context_item,

@@ -1,30 +1,26 @@
 """vllm/v1/worker/gpu/cudagraph_utils.py (the V2 graph manager), reset design only.
 
-`ModelCudaGraphManager.capture` takes the runner's hooks, and `forward_fn`
-runs inside them: warm-up, PIECEWISE capture, and FULL capture, which the base
-loop runs with cg_mode NONE inside torch.cuda.graph.  The DBO capture
+`forward_fn` of `ModelCudaGraphManager.capture` runs inside sr_seed_forward:
+warm-up, PIECEWISE capture, and FULL capture, which the base loop runs with
+cg_mode NONE inside torch.cuda.graph.  The DBO capture
 (`ubatch_forward_fn`, from 0.30.0) stays outside: a micro-batched forward's
 seeds are drawn inline, as outside any forward.  Speculators capture through
 the base CudaGraphManager and run their forwards outside these sites, so
-drafters never fire the hooks.
+drafters never take prefetched seeds.
 """
 
 from __future__ import annotations
 
-import ast
-
 from ..releases import Release, Site
 from ..syntax import (
-    AddArgument,
     AddWithItem,
     FileOperations,
-    Find,
     landing,
 )
 from ._runner import (
     forward_context_names,
     forward_context_with,
-    hook_imports,
+    forward_import,
     is_forward_context_item,
 )
 
@@ -35,25 +31,13 @@ _FORWARD_FN = forward_context_with(f"{_CAPTURE}.create_forward_fn.forward_fn", "
 
 
 def operations(release: Release) -> FileOperations:
-    del release  # every supported release has these sites
+    del release  # every supported release has this site
     return FileOperations(
         PATH,
         (
-            *hook_imports(relay=False),
-            AddArgument(
-                why="ModelCudaGraphManager.capture takes the runner's forward hooks",
-                site=Site.V2_CAPTURE,
-                at=Find(
-                    "ModelCudaGraphManager",
-                    "def capture",
-                    lambda n: isinstance(n, ast.FunctionDef) and n.name == "capture",
-                    direct=True,
-                ),
-                code="forward_hooks: sr_seed_prefetch.ForwardHooks",
-                keyword_only=True,
-            ),
+            forward_import(runner=False),
             AddWithItem(
-                why="warm-up, PIECEWISE and FULL capture forwards run inside the hooks",
+                why="warm-up, PIECEWISE and FULL capture forwards run inside sr_seed_forward",
                 site=Site.V2_CAPTURE,
                 at=_FORWARD_FN,
                 after_item=is_forward_context_item,

@@ -122,15 +122,28 @@ def fresh_ssu_state(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture
-def prefetcher_spy(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, ...]]:
-    """The real prefetcher class of the design, recording how it is constructed."""
-    name = "SRSeedPrefetcher" if DESIGN == "reset" else "ForwardContextSeedPrefetcher"
-    real: Callable[..., Any] = getattr(ssu_dispatch, name)
-    made: list[tuple[Any, ...]] = []
+def prefetcher_spy(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The number of seeds of each prefetcher the design attaches.
+
+    The forward-context design's real prefetcher is built (inactive without CUDA);
+    the reset design's seed op is a stand-in module, and its SeedPrefetch, which
+    allocates on the device, is recorded instead of built (the prefetcher is then
+    inactive)."""
+    made: list[int] = []
+    if DESIGN == "reset":
+        monkeypatch.setitem(sys.modules, "vllm._mamba_sr_C", types.ModuleType("_mamba_sr_C"))
+        monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+
+        def seed_prefetch(owner: str, num_seeds: int, *args: Any) -> None:
+            made.append(num_seeds)
+
+        monkeypatch.setattr(ssu_dispatch, "SeedPrefetch", seed_prefetch)
+        return made
+    real: Callable[..., Any] = ssu_dispatch.ForwardContextSeedPrefetcher
 
     def spy(*args: Any, **kwargs: Any) -> Any:
-        made.append(args)
+        made.append(args[0])
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(ssu_dispatch, name, spy)
+    monkeypatch.setattr(ssu_dispatch, "ForwardContextSeedPrefetcher", spy)
     return made

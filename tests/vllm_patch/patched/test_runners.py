@@ -2,19 +2,18 @@
 
 Each test runs a real runner method of the patched tree on a stand-in runner
 (object.__new__ plus the attributes that method reads) up to the model call,
-where a stand-in model records the ForwardInfo the runner's hooks hold at
-that moment and stops the method.  Taking any call site out leaves the hooks
-empty there, and its test fails.  The stand-ins carry what either tested release
+where a stand-in model records the forward that the runner has told the seed
+prefetcher of (through ssu_dispatch.sr_seed_forward) at that moment, and stops the
+method.  Taking any call site out leaves the prefetcher untold there, and its test
+fails.  The stand-ins carry what either tested release
 (SR_PREFETCH_PATCHED_RELEASE) reads; a case a release cannot run is skipped, naming it.
 """
 
 from __future__ import annotations
 
-import ast
 import contextlib
-import inspect
-import textwrap
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 
@@ -28,12 +27,7 @@ from tests.vllm_patch.patched.conftest import at_least, only_in, since
 
 pytestmark = only_in("reset")
 
-if ssu_dispatch.__dict__.get("register_mamba_sr_seed_hook") is not None:
-    from vllm.model_executor.layers.mamba.ops import sr_seed_prefetch
-    from vllm.model_executor.layers.mamba.ops.sr_seed_prefetch import (
-        ForwardHooks,
-        ForwardInfo,
-    )
+if ssu_dispatch.__dict__.get("sr_seed_forward") is not None:
     from vllm.v1.worker import gpu_model_runner as v1
     from vllm.v1.worker.gpu import cudagraph_utils
     from vllm.v1.worker.gpu import model_runner as v2
@@ -44,7 +38,36 @@ V2_DBO = since("0.30.0", "DBO (micro-batching) in the V2 runner")
 
 
 class StopForward(Exception):
-    """Raised by the stand-in model once it has seen the hooks' state."""
+    """Raised by the stand-in model once it has seen the prefetcher's state."""
+
+
+@dataclass(frozen=True)
+class ForwardInfo:
+    """A forward as a runner sees it: whether its batch has decode tokens, is
+    micro-batched, is a FULL graph's capture or replay."""
+
+    runs_ssu: bool
+    micro_batched: bool = False
+    full_cudagraph: bool = False
+
+
+class ForwardHooks:
+    """Stands in for the attached seed prefetcher: `current` is the forward it was
+    told of (`("forward", full_cudagraph)`), None between forwards; `active`: one is
+    attached (VLLM_MAMBA_SR_SEED_PREFETCH set), else sr_seed_forward does nothing."""
+
+    def __init__(self, active: bool) -> None:
+        self.active = active
+        self.current: tuple[str, bool] | None = None
+
+    @contextlib.contextmanager
+    def forward(self, full_cudagraph: bool = False) -> Iterator[None]:
+        assert self.current is None, "forwards do not nest"
+        self.current = ("forward", full_cudagraph)
+        try:
+            yield
+        finally:
+            self.current = None
 
 
 class ModelStandIn:
@@ -53,7 +76,7 @@ class ModelStandIn:
     def __init__(self, hooks: ForwardHooks, output: torch.Tensor | None = None) -> None:
         self.hooks = hooks
         self.output = output
-        self.seen: list[ForwardInfo | None] = []
+        self.seen: list[tuple[str, bool] | None] = []
 
     def __call__(self, *args: Any, **kwargs: Any) -> torch.Tensor:
         self.seen.append(self.hooks.current)
@@ -86,41 +109,21 @@ def probe(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(ssu_dispatch, "_mamba2_probe_layer", PROBE)
 
 
-class Quiet:
-    """A hook that does nothing, registered as the seed hook is with the flag set."""
-
-    def on_forward_begin(self, info: ForwardInfo) -> None:
-        pass
-
-    def on_forward_end(self, info: ForwardInfo) -> None:
-        pass
-
-
 @pytest.fixture(params=["flag-on", "flag-off"])
-def hooks(request: pytest.FixtureRequest) -> ForwardHooks:
-    """A runner's hooks: with a hook registered (VLLM_MAMBA_SR_SEED_PREFETCH set),
-    or with none (unset; register_mamba_sr_seed_hook then registers nothing)."""
-    hooks = ForwardHooks()
-    if request.param == "flag-on":
-        hooks.register(Quiet())
+def hooks(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> ForwardHooks:
+    """The attached prefetcher (VLLM_MAMBA_SR_SEED_PREFETCH set), or none (unset)."""
+    hooks = ForwardHooks(active=request.param == "flag-on")
+    if hooks.active:
+        monkeypatch.setattr(ssu_dispatch, "_sr_seed_prefetcher", hooks)
     return hooks
 
 
-def builds_info_only_when_hooked(hooks: ForwardHooks, monkeypatch: pytest.MonkeyPatch) -> None:
-    """With no hook registered, a runner's forward must not build a ForwardInfo."""
-    if hooks.active:
-        return
-
-    def refuse(**fields: Any) -> None:
-        raise AssertionError(f"ForwardInfo({fields}) built with no hook registered")
-
-    # The runners name it through its package, so patching it there reaches them all.
-    monkeypatch.setattr(sr_seed_prefetch, "ForwardInfo", refuse)
-
-
-def opened(hooks: ForwardHooks, info: ForwardInfo) -> ForwardInfo | None:
-    """What the model sees as the open forward: `info`, or None with no hook."""
-    return info if hooks.active else None
+def opened(hooks: ForwardHooks, info: ForwardInfo) -> tuple[str, bool] | None:
+    """What the model sees as the forward the prefetcher was told of: none without
+    a prefetcher, for a prefill-only or a micro-batched forward."""
+    if not hooks.active or not info.runs_ssu or info.micro_batched:
+        return None
+    return ("forward", info.full_cudagraph)
 
 
 FORWARDS = [
@@ -140,7 +143,6 @@ def test_v1_execute_model(
     ubatched: bool,
     decodes: int,
 ) -> None:
-    builds_info_only_when_hooked(hooks, monkeypatch)
     monkeypatch.setattr(v1, "set_forward_context", no_context)
     slices = [SimpleNamespace(num_tokens=2)] * 2 if ubatched else None
     monkeypatch.setattr(v1, "maybe_create_ubatch_slices", lambda *a: (slices, slices))
@@ -148,7 +150,6 @@ def test_v1_execute_model(
     model = ModelStandIn(hooks)
     runner = stand_in_runner(
         v1.GPUModelRunner,
-        forward_hooks=hooks,
         execute_model_state=None,
         speculative_config=None,
         synchronize_input_prep=no_context,
@@ -224,7 +225,6 @@ def v1_dummy_run_runner(
     monkeypatch.setattr(v1, "maybe_create_ubatch_slices", lambda *a: (slices, slices))
     return stand_in_runner(
         v1.GPUModelRunner,
-        forward_hooks=hooks,
         vllm_config=SimpleNamespace(
             model_config=SimpleNamespace(multimodal_config=None),
             parallel_config=SimpleNamespace(num_ubatches=2),
@@ -279,7 +279,6 @@ def test_v1_dummy_run(
         attn_metadata = None
     else:
         attn_metadata = [metadata(decodes)] * 2 if ubatched else metadata(decodes)
-    builds_info_only_when_hooked(hooks, monkeypatch)
     model = ModelStandIn(hooks)
     runner = v1_dummy_run_runner(hooks, monkeypatch, mode, ubatched, attn_metadata, model=model)
     with pytest.raises(StopForward):
@@ -354,7 +353,6 @@ def test_v2_execute_model(
     ubatched: bool,
     decodes: int,
 ) -> None:
-    builds_info_only_when_hooked(hooks, monkeypatch)
     model = ModelStandIn(hooks)
     desc = descriptor(mode, 2, ubatched)
     monkeypatch.setattr(v2, "set_forward_context", no_context)
@@ -374,7 +372,6 @@ def test_v2_execute_model(
     )
     runner = stand_in_runner(
         v2.GPUModelRunner,
-        forward_hooks=hooks,
         gather_batch_req_state=lambda *a: (None, None),
         lora_config=None,
         is_encoder_decoder=False,
@@ -466,7 +463,6 @@ def test_v2_cudagraph_capture(
     ubatched: bool,
     breakable: bool,
 ) -> None:
-    builds_info_only_when_hooked(hooks, monkeypatch)
     model = ModelStandIn(hooks, output=torch.zeros(4, 2))
     calls: list[tuple[str, CUDAGraphMode]] = []
     monkeypatch.setattr(cudagraph_utils.CudaGraphManager, "capture", fake_capture_loop(calls))
@@ -519,7 +515,6 @@ def test_v2_cudagraph_capture(
         ),
         [],
         None,
-        forward_hooks=hooks,
     )
     runs_ssu = not (mode == PIECEWISE and not breakable and PIECEWISE_CAPTURE_SKIPS_ATTN)
     assert calls == [("warm-up", mode), ("capture", mode)]
@@ -531,51 +526,3 @@ def test_v2_cudagraph_capture(
             opened(hooks, ForwardInfo(runs_ssu=runs_ssu)),
             opened(hooks, ForwardInfo(runs_ssu=runs_ssu, full_cudagraph=mode == FULL)),
         ]
-
-
-def test_v2_capture_model_hands_the_runner_hooks_to_the_capture(
-    hooks: ForwardHooks, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    handed: list[Any] = []
-
-    def capture(*args: Any, **kwargs: Any) -> None:
-        handed.append(kwargs.get("forward_hooks"))
-        raise StopForward
-
-    monkeypatch.setattr(torch.accelerator, "empty_cache", lambda: None)
-    monkeypatch.setattr(torch.accelerator, "get_memory_info", lambda: (0, 0))
-    runner = stand_in_runner(
-        v2.GPUModelRunner,
-        forward_hooks=hooks,
-        model_state=SimpleNamespace(supports_mm_inputs=False),
-        cudagraph_manager=SimpleNamespace(needs_capture=lambda: True, capture=capture),
-        lora_config=None,
-        maybe_setup_dummy_loras=no_context,
-        input_buffers=None,
-        pcp_manager=None,
-        model=None,
-        intermediate_tensors=None,
-        block_tables=None,
-        attn_groups=[],
-        kv_cache_config=None,
-        use_aux_hidden_state_outputs=False,
-    )
-    with pytest.raises(StopForward):
-        runner.capture_model()
-    assert handed == [hooks]
-
-
-@pytest.mark.parametrize("module_name", ["v1", "v2"])
-def test_each_runner_builds_its_hooks_with_the_seed_hook(module_name: str) -> None:
-    """The one call site no CPU test can drive: GPUModelRunner.__init__ needs a
-    whole VllmConfig. Checked in its source instead."""
-    module = v1 if module_name == "v1" else v2
-    source = inspect.getsource(module.GPUModelRunner.__init__)
-    init = ast.parse(textwrap.dedent(source)).body[0]
-    assert isinstance(init, ast.FunctionDef)
-    # Last in __init__, which returns nowhere earlier: every runner built has them.
-    assert [ast.unparse(statement) for statement in init.body[-2:]] == [
-        "self.forward_hooks = sr_seed_prefetch.ForwardHooks()",
-        "register_mamba_sr_seed_hook(self.forward_hooks)",
-    ]
-    assert not any(isinstance(node, ast.Return) for node in ast.walk(init))

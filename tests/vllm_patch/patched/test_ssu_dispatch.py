@@ -3,8 +3,10 @@ call, run for real on the CPU (both designs)."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Iterator
 from types import ModuleType, SimpleNamespace
 from typing import Any
 
@@ -29,14 +31,16 @@ from vllm_patch import fork_test
 NUM_LAYERS = 5
 
 
-def test_the_env_var_defaults_off_and_is_hashed_into_the_compile_cache(
+def test_the_env_var_defaults_off_and_keeps_the_compile_cache(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """Toggling it changes no compile factor, so the torch.compile cache is kept."""
     assert envs.VLLM_MAMBA_SR_SEED_PREFETCH is False
-    assert envs.compile_factors()["VLLM_MAMBA_SR_SEED_PREFETCH"] is False
+    off = envs.compile_factors()
+    assert "VLLM_MAMBA_SR_SEED_PREFETCH" not in off
     monkeypatch.setenv("VLLM_MAMBA_SR_SEED_PREFETCH", "1")
     assert envs.VLLM_MAMBA_SR_SEED_PREFETCH is True
-    assert envs.compile_factors()["VLLM_MAMBA_SR_SEED_PREFETCH"] is True
+    assert envs.compile_factors() == off
 
 
 def mamba_config(**overrides: Any) -> MambaConfig:
@@ -52,9 +56,9 @@ def mamba_config(**overrides: Any) -> MambaConfig:
 def engaged(
     kernel: KernelStandIn,
     cuda_platform: None,
-    prefetcher_spy: list[tuple[Any, ...]],
+    prefetcher_spy: list[int],
     monkeypatch: pytest.MonkeyPatch,
-) -> list[tuple[Any, ...]]:
+) -> list[int]:
     """Every condition holds; returns the spy on the prefetcher's construction."""
     monkeypatch.setenv("VLLM_MAMBA_SR_SEED_PREFETCH", "1")
     return prefetcher_spy
@@ -72,20 +76,21 @@ def logged(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 
 def test_it_engages_when_every_condition_holds_with_n_mamba2_layers(
-    engaged: list[tuple[Any, ...]], logged: list[str]
+    engaged: list[int], logged: list[str]
 ) -> None:
     ssu_dispatch.initialize_mamba_ssu_backend(mamba_config(), kv_cache_config(mamba2=NUM_LAYERS))
-    assert [args[:2] for args in engaged] == [(NUM_LAYERS, "cuda")]
+    assert engaged == [NUM_LAYERS]
     assert ssu_dispatch._sr_seed_prefetcher is not None
     # No CUDA device here: the prefetcher is attached but draws nothing ahead.
-    name = "explicit-reset" if DESIGN == "reset" else DESIGN
+    how = "" if DESIGN == "reset" else f"{DESIGN} design, "
+    inactive = "" if DESIGN == "reset" else ", inactive: no CUDA device"
     assert [line for line in logged if "seeds" in line] == [
         f"Prefetching Mamba stochastic-rounding seeds for {NUM_LAYERS} layers per forward "
-        f"({name} design, flashinfer SSU, inactive: no CUDA device)."
+        f"({how}flashinfer SSU{inactive})."
     ]
     # Initialised again (memory profiling, then the real KV cache): replaced.
     ssu_dispatch.initialize_mamba_ssu_backend(mamba_config(), kv_cache_config(mamba2=3))
-    assert [args[0] for args in engaged] == [NUM_LAYERS, 3]
+    assert engaged == [NUM_LAYERS, 3]
 
 
 OFF_CASES = {
@@ -99,7 +104,7 @@ OFF_CASES = {
 
 @pytest.mark.parametrize("case", sorted(OFF_CASES))
 def test_each_condition_turns_it_off(
-    engaged: list[tuple[Any, ...]],
+    engaged: list[int],
     case: str,
     logged: list[str],
     monkeypatch: pytest.MonkeyPatch,
@@ -173,7 +178,7 @@ def prefetched_then_inline(
 
 
 def test_the_kernel_receives_the_prefetched_seed_or_an_inline_stock_one(
-    engaged: list[tuple[Any, ...]],
+    engaged: list[int],
     kernel: KernelStandIn,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -203,7 +208,7 @@ def test_no_seed_at_all_without_stochastic_rounding(
 
 
 def test_the_real_prefetcher_without_a_cuda_device_draws_inline(
-    engaged: list[tuple[Any, ...]], kernel: KernelStandIn
+    engaged: list[int], kernel: KernelStandIn
 ) -> None:
     ssu_dispatch.initialize_mamba_ssu_backend(mamba_config(), kv_cache_config(mamba2=2))
     assert ssu_dispatch._sr_seed_prefetcher is not None
@@ -214,7 +219,7 @@ def test_the_real_prefetcher_without_a_cuda_device_draws_inline(
 
 
 def test_it_engages_with_the_triton_backend(
-    engaged: list[tuple[Any, ...]], logged: list[str], monkeypatch: pytest.MonkeyPatch
+    engaged: list[int], logged: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _triton_stand_in(monkeypatch)
     config = mamba_config(backend=MambaBackendEnum.TRITON)
@@ -224,7 +229,7 @@ def test_it_engages_with_the_triton_backend(
 
 
 def test_the_triton_backend_hands_its_kernel_the_prefetched_seed_or_none(
-    engaged: list[tuple[Any, ...]], monkeypatch: pytest.MonkeyPatch
+    engaged: list[int], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """None: stock's selective_state_update then draws inline, as stock."""
     recorded = KernelStandIn()
@@ -261,7 +266,7 @@ def call_replayssm(enable_stochastic_rounding: bool = True) -> None:
 
 @since("0.30.0", "ReplaySSM")
 def test_flashinfer_replayssm_takes_the_prefetched_seed_or_draws_as_stock(
-    engaged: list[tuple[Any, ...]],
+    engaged: list[int],
     kernel: KernelStandIn,
     logged: list[str],
     monkeypatch: pytest.MonkeyPatch,
@@ -329,7 +334,7 @@ def test_selective_state_update_draws_only_when_no_seed_is_given(
 
 @since("0.30.0", "ReplaySSM as initialize_mamba_ssu_backend's use_replayssm")
 def test_it_engages_with_replayssm_on_the_triton_backend(
-    engaged: list[tuple[Any, ...]], logged: list[str], monkeypatch: pytest.MonkeyPatch
+    engaged: list[int], logged: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """mamba_mixer2.py's Triton ReplaySSM call takes the prefetched seed too."""
     _triton_stand_in(monkeypatch)
@@ -416,73 +421,56 @@ def test_mamba_mixer2_hands_the_triton_replayssm_the_prefetched_seed() -> None:
 
 
 @only_in("reset")
-def test_batch_runs_mamba_ssu_reads_one_mamba2_layers_metadata(
-    engaged: list[tuple[Any, ...]],
+def test_sr_seed_forward_opens_a_forward_only_for_an_unbatched_decode(
+    engaged: list[int], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    assert ssu_dispatch.batch_runs_mamba_ssu({"x": SimpleNamespace(num_decodes=1)}) is False
-    ssu_dispatch.initialize_mamba_ssu_backend(mamba_config(), kv_cache_config(mamba2=3))
+    """What the runners wrap a forward in: the attached prefetcher's forward where
+    one Mamba-2 layer's metadata has decode tokens, else the no-op context."""
     layer = "model.layers.0.mixer2"
     decode, prefill = SimpleNamespace(num_decodes=2), SimpleNamespace(num_decodes=0)
-    assert ssu_dispatch.batch_runs_mamba_ssu({layer: decode}) is True
-    assert ssu_dispatch.batch_runs_mamba_ssu({layer: prefill}) is False
-    assert ssu_dispatch.batch_runs_mamba_ssu({"model.layers.1.attn": decode}) is False
-    assert ssu_dispatch.batch_runs_mamba_ssu(None) is False
-    assert ssu_dispatch.batch_runs_mamba_ssu([{layer: prefill}, {layer: decode}]) is True
-    assert ssu_dispatch.batch_runs_mamba_ssu([{layer: prefill}, {}]) is False
+    noop = ssu_dispatch.sr_seed_forward({layer: decode})  # nothing attached yet
+    ssu_dispatch.initialize_mamba_ssu_backend(mamba_config(), kv_cache_config(mamba2=3))
+    opened: list[bool] = []
+
+    class Prefetcher:
+        @contextlib.contextmanager
+        def forward(self, full_cudagraph: bool = False) -> Iterator[None]:
+            opened.append(full_cudagraph)
+            yield
+
+    monkeypatch.setattr(ssu_dispatch, "_sr_seed_prefetcher", Prefetcher())
+    for metadata, kwargs in (
+        ({layer: prefill}, {}),
+        ({"model.layers.1.attn": decode}, {}),
+        (None, {}),
+        ([{layer: decode}], {}),  # V1's micro-batches: one metadata dict each
+        ({layer: decode}, {"micro_batched": True}),
+    ):
+        assert ssu_dispatch.sr_seed_forward(metadata, **kwargs) is noop, metadata
+    assert opened == []
+    with ssu_dispatch.sr_seed_forward({layer: decode}):
+        pass
+    with ssu_dispatch.sr_seed_forward({layer: decode}, full_cudagraph=True):
+        pass
+    assert opened == [False, True]
 
 
 @only_in("reset")
-def test_the_runner_hook_relays_to_the_prefetcher_attached_now(
+def test_without_the_seed_op_it_stays_off_with_one_line(
+    kernel: KernelStandIn,
+    cuda_platform: None,
+    logged: list[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from vllm.model_executor.layers.mamba.ops.sr_seed_prefetch import (
-        ForwardHooks,
-        ForwardInfo,
-    )
-
-    heard: list[tuple[str, str, ForwardInfo]] = []
-
-    class Listener:
-        def __init__(self, name: str) -> None:
-            self.name = name
-
-        def on_forward_begin(self, info: ForwardInfo) -> None:
-            heard.append((self.name, "begin", info))
-
-        def on_forward_end(self, info: ForwardInfo) -> None:
-            heard.append((self.name, "end", info))
-
-    hooks = ForwardHooks()
-    hooks.register(ssu_dispatch.MambaSRSeedHook())
-    info = ForwardInfo(runs_ssu=True)
-    with hooks.forward(info):
-        pass
-    assert heard == []
-    for name in ("profiling", "real"):
-        monkeypatch.setattr(ssu_dispatch, "_sr_seed_prefetcher", Listener(name))
-        with hooks.forward(info):
-            pass
-    assert heard == [
-        ("profiling", "begin", info),
-        ("profiling", "end", info),
-        ("real", "begin", info),
-        ("real", "end", info),
-    ]
-
-
-@only_in("reset")
-def test_the_seed_hook_is_registered_only_with_the_flag(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Flag unset: nothing registered, so runners take the no-hook path."""
-    from vllm.model_executor.layers.mamba.ops.sr_seed_prefetch import ForwardHooks
-
-    hooks = ForwardHooks()
-    monkeypatch.delenv("VLLM_MAMBA_SR_SEED_PREFETCH", raising=False)
-    ssu_dispatch.register_mamba_sr_seed_hook(hooks)
-    assert not hooks.active
+    """Python files laid over a build whose extension lacks the op: stock, said why."""
     monkeypatch.setenv("VLLM_MAMBA_SR_SEED_PREFETCH", "1")
-    ssu_dispatch.register_mamba_sr_seed_hook(hooks)
-    assert hooks.active
-    assert [type(hook) for hook in hooks._hooks.values()] == [ssu_dispatch.MambaSRSeedHook]
+    monkeypatch.setitem(sys.modules, "vllm._mamba_sr_C", None)  # import fails
+    ssu_dispatch.initialize_mamba_ssu_backend(mamba_config(), kv_cache_config(mamba2=2))
+    assert ssu_dispatch._sr_seed_prefetcher is None
+    assert [line for line in logged if "SEED" in line] == [
+        "VLLM_MAMBA_SR_SEED_PREFETCH is set but unused: this build of vLLM lacks the "
+        "_mamba_sr_C extension."
+    ]
 
 
 @only_in("forward-context")
