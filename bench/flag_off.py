@@ -1,19 +1,18 @@
 """Host µs per forward of the runner's call site: stock against the patch, flag off.
 
-With VLLM_MAMBA_SR_SEED_PREFETCH unset, the patched model runner registers no
-hook, and its forward site passes None instead of a ForwardInfo:
+With VLLM_MAMBA_SR_SEED_PREFETCH unset, no seed prefetcher is attached, and the
+patched model runner's forward site returns a shared no-op context at once:
 
-    with set_forward_context(...), self.forward_hooks.forward(
-        sr_seed_prefetch.ForwardInfo(...) if self.forward_hooks.active else None
-    ):
+    with set_forward_context(...), sr_seed_forward(attn_metadata, ...):
 
 This measures that `with` against stock's, which opens set_forward_context
-alone, and against the patch as it was before this fast path (the seed relay
-registered on every runner, a ForwardInfo built and the hooks' context
-entered on every forward), and flag-off's cost in two parts: its no-op item
-entered alone, and its expression evaluated alone. set_forward_context is a
-stand-in that does nothing, so the figures are what the patch adds, not
-vLLM's own cost. CPU only: nothing here touches a GPU.
+alone, and against the patch as it was before (a ForwardHooks registry on every
+runner, with no hook registered), and flag-off's cost in two parts: its no-op
+item entered alone, and its expression evaluated alone. sr_seed_forward is the
+landed function itself (vllm_patch/landing/ssu_reset.py), run over the module
+state it has with the flag off; set_forward_context is a stand-in that does
+nothing, so the figures are what the patch adds, not vLLM's own cost. CPU only:
+nothing here touches a GPU.
 
     python -m bench.flag_off [--rounds 60] [--forwards 2000] [--out PREFIX]
 
@@ -26,20 +25,50 @@ paired interval (bench/stats.py).
 from __future__ import annotations
 
 import argparse
+import ast
 import contextlib
 import json
 import platform
 import statistics
 import sys
 import time
+import typing
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from runner_hooks import ForwardHooks, ForwardInfo
-from runner_hooks import core as sr_seed_prefetch  # named as the patched runners name it
 
 from . import stats
+
+LANDING = Path(__file__).resolve().parents[1] / "vllm_patch" / "landing" / "ssu_reset.py"
+FORWARD = "sr_seed_forward"
+
+
+def landed_module_state() -> dict[str, Any]:
+    """ssu_dispatch's globals as the patch leaves them with the flag off, with
+    the landed sr_seed_forward and _batch_runs_mamba_ssu defined in them."""
+    tree = ast.parse(LANDING.read_text())
+    functions = [
+        node
+        for node in tree.body
+        if isinstance(node, ast.FunctionDef) and node.name in (FORWARD, "_batch_runs_mamba_ssu")
+    ]
+    namespace: dict[str, Any] = {
+        "Any": Any,
+        "AbstractContextManager": contextlib.AbstractContextManager,
+        "_sr_seed_prefetcher": None,
+        "_mamba2_probe_layer": None,
+        "_NO_SR_SEED_FORWARD": contextlib.nullcontext(),
+    }
+    exec(compile(ast.Module(body=functions, type_ignores=[]), str(LANDING), "exec"), namespace)
+    return namespace
+
+
+STATE = landed_module_state()
+sr_seed_forward = typing.cast(
+    Callable[..., contextlib.AbstractContextManager[None]], STATE[FORWARD]
+)
 
 
 @contextlib.contextmanager
@@ -48,27 +77,8 @@ def set_forward_context_stand_in() -> Iterator[None]:
     yield
 
 
-class Relay:
-    """The seed relay as it was registered with the flag off: no prefetcher behind it."""
-
-    prefetcher = None
-
-    def on_forward_begin(self, info: ForwardInfo) -> None:
-        if self.prefetcher is not None:
-            self.prefetcher.on_forward_begin(info)
-
-    def on_forward_end(self, info: ForwardInfo) -> None:
-        if self.prefetcher is not None:
-            self.prefetcher.on_forward_end(info)
-
-
-def runs_ssu(attn_metadata: object) -> bool:
-    """batch_runs_mamba_ssu with the flag off: no probe layer, so False at once."""
-    return False
-
-
 class Runner:
-    """The attributes the call site reads."""
+    """The attributes the call site before this patch read."""
 
     def __init__(self, hooks: ForwardHooks) -> None:
         self.forward_hooks = hooks
@@ -82,12 +92,17 @@ def stock(runner: Runner, attn_metadata: object) -> None:
 def flag_off(runner: Runner, attn_metadata: object) -> None:
     with (
         set_forward_context_stand_in(),
+        sr_seed_forward(attn_metadata, micro_batched=False, full_cudagraph=False),
+    ):
+        pass
+
+
+def hook_registry(runner: Runner, attn_metadata: object) -> None:
+    """The site before sr_seed_forward: the runner's ForwardHooks, none registered."""
+    with (
+        set_forward_context_stand_in(),
         runner.forward_hooks.forward(
-            sr_seed_prefetch.ForwardInfo(
-                runs_ssu=runs_ssu(attn_metadata),
-                micro_batched=False,
-                full_cudagraph=False,
-            )
+            ForwardInfo(runs_ssu=False, micro_batched=False, full_cudagraph=False)
             if runner.forward_hooks.active
             else None
         ),
@@ -95,38 +110,15 @@ def flag_off(runner: Runner, attn_metadata: object) -> None:
         pass
 
 
-def relay_always(runner: Runner, attn_metadata: object) -> None:
-    with (
-        set_forward_context_stand_in(),
-        runner.forward_hooks.forward(
-            sr_seed_prefetch.ForwardInfo(
-                runs_ssu=runs_ssu(attn_metadata),
-                micro_batched=False,
-                full_cudagraph=False,
-            )
-        ),
-    ):
-        pass
-
-
 def item_only(runner: Runner, attn_metadata: object) -> None:
     """flag-off's parts: its no-op item entered and exited, nothing evaluated."""
-    with set_forward_context_stand_in(), ForwardHooks.UNHOOKED:
+    with set_forward_context_stand_in(), STATE["_NO_SR_SEED_FORWARD"]:
         pass
 
 
 def expression_only(runner: Runner, attn_metadata: object) -> None:
-    """flag-off's parts: its expression evaluated (the `active` read and the
-    forward(None) call), not entered."""
-    runner.forward_hooks.forward(
-        sr_seed_prefetch.ForwardInfo(
-            runs_ssu=runs_ssu(attn_metadata),
-            micro_batched=False,
-            full_cudagraph=False,
-        )
-        if runner.forward_hooks.active
-        else None
-    )
+    """flag-off's parts: its expression evaluated, not entered."""
+    sr_seed_forward(attn_metadata, micro_batched=False, full_cudagraph=False)
     with set_forward_context_stand_in():
         pass
 
@@ -137,12 +129,10 @@ PARTS = ("parts: the no-op item alone", "parts: the expression alone")
 
 def variants() -> dict[str, tuple[Callable[[Runner, object], None], Runner]]:
     unhooked = Runner(ForwardHooks())
-    relayed = Runner(ForwardHooks())
-    relayed.forward_hooks.register(Relay())
     return {
         "stock": (stock, unhooked),
         "flag-off": (flag_off, unhooked),
-        "flag-off, relay always registered (before)": (relay_always, relayed),
+        "flag-off, hook registry (before)": (hook_registry, unhooked),
         PARTS[0]: (item_only, unhooked),
         PARTS[1]: (expression_only, unhooked),
     }

@@ -56,7 +56,7 @@ RUNNER_HOOKS_NAMES = (
     "runner_hooks.baseline.side_stream.SideStreamSeedPrefetch",
 )
 """The runner_hooks names this script uses, checked by the CPU test; the
-instance attributes it reads (SRSeedPrefetcher.prefetch and ._batch, SeedPrefetch.drawer,
+instance attributes it reads (SRSeedPrefetcher.prefetch and ._batch, SeedPrefetch.draw,
 _eager_buffer, _device_index, SeedBuffer.whole and .seeds, and the batches'
 constructors) are exercised by that test's run of every step."""
 
@@ -143,7 +143,7 @@ def breakdown_steps(parts: Breakdown) -> dict[str, Step]:
         model.forward(stream_checked_seed)
 
     def draw() -> None:
-        prefetch.drawer.draw(buffer.whole)
+        prefetch.draw(buffer.whole)
         model.forward(floor_seed)
 
     def begin_end() -> None:

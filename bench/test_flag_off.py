@@ -44,17 +44,19 @@ def test_bad_arguments_are_refused() -> None:
         flag_off.main(["--rounds", "0"])
 
 
-def test_flag_off_enters_no_hook_and_builds_no_info(monkeypatch: pytest.MonkeyPatch) -> None:
-    def refuse(**fields: object) -> None:
-        raise AssertionError("ForwardInfo built with the flag off")
+def test_flag_off_reads_no_metadata(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With no prefetcher attached, the site returns before it reads the metadata."""
 
-    monkeypatch.setattr(flag_off, "ForwardInfo", refuse)
-    runner = flag_off.Runner(ForwardHooks())
-    flag_off.flag_off(runner, {})  # would raise if it built one
+    def refuse(attn_metadata: object) -> bool:
+        raise AssertionError("the metadata was read with the flag off")
+
+    monkeypatch.setitem(flag_off.STATE, "_batch_runs_mamba_ssu", refuse)
+    flag_off.flag_off(flag_off.Runner(ForwardHooks()), {})  # would raise if it read it
 
 
 def test_the_timed_site_is_the_landed_one() -> None:
-    """The flag-off variant opens the expression vLLM gets (landing/runner_forward_item.py)."""
+    """The flag-off variant opens the item the V1 runner gets
+    (landing/runner_forward_item.py) on the landed sr_seed_forward."""
     landed = ast.parse((REPO / "vllm_patch/landing/runner_forward_item.py").read_text())
     timed = ast.parse(Path(flag_off.__file__).read_text())
     function = next(
@@ -68,9 +70,9 @@ def test_the_timed_site_is_the_landed_one() -> None:
     assert ast.unparse(part.body[1].value) == ast.unparse(item)  # type: ignore[attr-defined]
     expected = ast.unparse(landed.body[0].value)  # type: ignore[attr-defined]
     normalized = (
-        expected.replace("self.", "runner.")
-        .replace("batch_runs_mamba_ssu(ATTN_METADATA)", "runs_ssu(attn_metadata)")
+        expected.replace("ATTN_METADATA", "attn_metadata")
         .replace("UBATCH_SLICES is not None", "False")
         .replace("CUDAGRAPH_MODE == CUDAGraphMode.FULL", "False")
     )
     assert ast.unparse(item) == normalized
+    assert flag_off.sr_seed_forward.__code__.co_filename == str(flag_off.LANDING)

@@ -59,11 +59,11 @@ def cpu_breakdown(monkeypatch):
     def cpu_seed_prefetch(owner, num_ssu_calls, device, plan, make_drawer):
         assert plan is not None and not plan.side_stream
         return prefetch_module.SeedPrefetch(
-            type(owner).__name__, num_ssu_calls, torch.device("cpu"), make_drawer()
+            type(owner).__name__, num_ssu_calls, torch.device("cpu"), make_drawer().draw
         )
 
     monkeypatch.setattr(variants, "_seed_prefetch", cpu_seed_prefetch)
-    monkeypatch.setattr(prefetch_module, "cuda_device", lambda device, n: torch.device("cpu"))
+    monkeypatch.setattr(variants, "cuda_device", lambda device, n: torch.device("cpu"))
     monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
     monkeypatch.setattr(prefetch_module, "_current_stream_handle", lambda index: 0)
     monkeypatch.setattr(prefetch_module, "_is_capturing", lambda: False)

@@ -57,7 +57,7 @@ def streams(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
 
 def test_the_default_stream_hands_over_like_any_stream(streams: list[int]) -> None:
-    prefetch = prefetch_module.SeedPrefetch("test", 4, torch.device("cpu"), RandintDrawer())
+    prefetch = prefetch_module.SeedPrefetch("test", 4, torch.device("cpu"), RandintDrawer().draw)
     handover = prefetch._handover
     assert isinstance(handover, FakeEvent)
     for handle in (DEFAULT, POOL, POOL, DEFAULT, POOL):
@@ -73,7 +73,7 @@ def test_the_default_stream_hands_over_like_any_stream(streams: list[int]) -> No
 
 def test_the_first_forward_on_a_pool_stream_needs_no_handover(streams: list[int]) -> None:
     streams[0] = POOL
-    prefetch = prefetch_module.SeedPrefetch("test", 4, torch.device("cpu"), RandintDrawer())
+    prefetch = prefetch_module.SeedPrefetch("test", 4, torch.device("cpu"), RandintDrawer().draw)
     assert prefetch._hand_over() is None
     assert prefetch._hand_over() is None, "the same stream: stream order suffices"
     streams[0] = DEFAULT

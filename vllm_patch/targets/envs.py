@@ -5,7 +5,7 @@ landing/envs.py holds all three, shaped as envs.py is; each design takes the
 variables it reads from there.  The variable picks where the seeds are drawn,
 not their values, and the SSU runs inside an opaque custom op, so the compiled
 graph is the same with it on or off: hashing it would only throw away the
-torch.compile cache on a toggle (tests/vllm_patch/patched/test_compile_hash.py).
+torch.compile cache on a toggle (tests/vllm_patch/patched/test_ssu_dispatch.py).
 """
 
 from __future__ import annotations
