@@ -20,9 +20,9 @@ from runner_hooks import (
     ForwardHooks,
     ForwardInfo,
     SRSeedPrefetcher,
+    drawers,
     variants,
 )
-from runner_hooks import drawers
 from runner_hooks.baseline import prefetcher as prefetch_module
 
 N = 4

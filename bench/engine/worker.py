@@ -160,6 +160,16 @@ def _replace_ssu_torch(perturb: Perturb, every: int) -> None:
         ssu_dispatch.torch = _OneDraw(torch, every)
 
 
+def _variant_prefetcher(prefetch: Any, *, drawer: str, sync_plan: str | None) -> Any:
+    """runner_hooks' SRSeedPrefetcher of the size and device of the SeedPrefetch
+    that the patched vLLM hands its own."""
+    import runner_hooks
+
+    return runner_hooks.SRSeedPrefetcher(
+        prefetch.num_seeds, prefetch.device, drawer=drawer, sync_plan=sync_plan
+    )
+
+
 def _use_variant(drawer: str, sync_plan: str | None) -> None:
     """The patched vLLM attaches runner_hooks' SRSeedPrefetcher with this drawer
     and plan in place of its vendored one, which has one of each."""
@@ -175,7 +185,7 @@ def _use_variant(drawer: str, sync_plan: str | None) -> None:
     if sync_plan is not None:
         runner_hooks.resolve_sync_plan(sync_plan)
     ssu_dispatch.SRSeedPrefetcher = functools.partial(  # type: ignore[misc]
-        runner_hooks.SRSeedPrefetcher, drawer=drawer, sync_plan=sync_plan
+        _variant_prefetcher, drawer=drawer, sync_plan=sync_plan
     )
 
 
