@@ -193,7 +193,7 @@ def test_export_applies_with_git_am_and_gives_the_same_files(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     # export patches a clone of the cached pristine tree: here a small copy of it.
-    small_git_copy(pristine, cache / f"vllm-{NEWEST.version}")
+    small_git_copy(pristine, tree.pristine_path(NEWEST))
     mail = tmp_path / f"{design}.patch"
     status, out = run(capsys, "export", "--design", design, "-o", mail)
     assert status == 0, out
@@ -234,7 +234,7 @@ def test_export_to_stdout_writes_the_patch_there_and_no_file(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    small_git_copy(pristine, cache / f"vllm-{NEWEST.version}")
+    small_git_copy(pristine, tree.pristine_path(NEWEST))
     monkeypatch.chdir(tmp_path)
     assert cli.main(["export", "-o", "-"]) == 0
     captured = capsys.readouterr()
