@@ -81,7 +81,8 @@ def test_check_apply_revert_on_every_release(
     for file_ops in patch.operations(design, tree.resolve(root)):
         text = (root / file_ops.path).read_text()
         assert hashlib.sha256(text.encode()).hexdigest() != before[file_ops.path]
-        compile(text, file_ops.path, "exec")
+        if file_ops.path.endswith(".py"):
+            compile(text, file_ops.path, "exec")
     status, out = run(capsys, "status", root)
     assert status == 0 and f"Design applied: {design}" in out, out
 
