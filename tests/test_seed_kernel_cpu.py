@@ -1,4 +1,4 @@
-"""The seed kernel's failure modes, and its input checks, without a GPU.
+"""The seed kernel's failure modes, and its registration, without a GPU.
 
 Each missing piece (device, CUDA build of torch, the toolchain, the source) and
 a compiler error must surface as `SeedKernelUnavailable` with a message that says
@@ -103,31 +103,77 @@ def test_build_error_shows_the_compiler_errors(
     assert "FAILED" not in message, "build commands should be left out"
 
 
+def test_the_build_passes_vllms_registration_header_and_a_name_of_its_own(
+    toolchain: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The source includes vLLM's core/registration.h and takes its op's namespace from
+    TORCH_EXTENSION_NAME: the build's name, by default one of runner_hooks' own."""
+    calls: list[dict[str, object]] = []
+    monkeypatch.setattr(cpp_extension, "load", lambda **kwargs: calls.append(kwargs) or "x.so")
+    assert seed_kernel.build_library(H200) == Path("x.so")
+    seed_kernel.build_library(H200, name="_mamba_sr_C", build_directory=tmp_path)
+    default, named = calls
+    assert default["name"] == seed_kernel.build_name(H200)
+    assert str(default["name"]).startswith(f"{seed_kernel.BUILD_PREFIX}_")
+    assert default["build_directory"] is None
+    assert (named["name"], named["build_directory"]) == ("_mamba_sr_C", str(tmp_path))
+    (include,) = default["extra_include_paths"]  # type: ignore[misc]
+    assert (Path(include) / "core" / "registration.h").is_file()
+    assert '#include "core/registration.h"' in seed_kernel.SOURCE.read_text()
+    flags = default["extra_cuda_cflags"]
+    assert "-gencode=arch=compute_90,code=sm_90" in flags  # type: ignore[operator]
+    assert not any("NAMESPACE" in flag for flag in flags)  # type: ignore[union-attr]
+
+
+def test_the_build_name_follows_the_source_s_path_and_bytes_torch_and_archs(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Two installations of runner_hooks sharing TORCH_EXTENSIONS_DIR keep a build each."""
+    name = seed_kernel.build_name(H200)
+    assert seed_kernel.build_name([(9, 0), (9, 0)]) == name
+    assert seed_kernel.build_name([(10, 0)]) != name
+    copy = tmp_path / "csrc" / "stock_seeds.cu"
+    copy.parent.mkdir()
+    copy.write_bytes(seed_kernel.SOURCE.read_bytes())
+    monkeypatch.setattr(seed_kernel, "SOURCE", copy)
+    assert seed_kernel.build_name(H200) != name  # the same bytes elsewhere
+    at_copy = seed_kernel.build_name(H200)
+    copy.write_bytes(copy.read_bytes() + b"// changed\n")
+    assert seed_kernel.build_name(H200) != at_copy
+    monkeypatch.setattr(torch, "__version__", "0.0.0")
+    copy.write_bytes(seed_kernel.SOURCE.read_bytes().removesuffix(b"// changed\n"))
+    assert seed_kernel.build_name(H200) != at_copy
+
+
 @pytest.fixture(scope="module")
 def op_without_device() -> Callable[[torch.Tensor], None]:
     """The op, built for sm_90 where torch is a CUDA build but no device is visible."""
     if torch.cuda.is_available():
         pytest.skip("checked against real CUDA tensors in tests/gpu/test_seed_kernel.py")
+    name = seed_kernel.build_name(H200)
     try:
-        seed_kernel.build_library(H200)
+        seed_kernel.build_library(H200, name=name)
     except SeedKernelUnavailable as error:
         pytest.skip(f"seed kernel cannot be built here: {error}")
-    return torch.ops.runner_hooks.stock_seeds.default
+    return getattr(torch.ops, name).stock_seeds.default
 
 
 @pytest.mark.parametrize(
-    ("out", "message"),
+    "out",
     [
-        (torch.empty(4, dtype=torch.float32), r"must be int64, .* got Float"),
-        (torch.empty(2, 2, dtype=torch.int64), r"must be 1-D, .* got shape \[2, 2\]"),
-        (torch.empty(8, dtype=torch.int64)[::2], "must be contiguous"),
-        (torch.empty(4, dtype=torch.int64), "must be a CUDA tensor; got a tensor on cpu"),
+        torch.empty(4, dtype=torch.float32),
+        torch.empty(2, 2, dtype=torch.int64),
+        torch.empty(8, dtype=torch.int64)[::2],
+        torch.empty(4, dtype=torch.int64),
     ],
+    ids=["float32", "2-D", "strided", "int64"],
 )
-def test_input_checks(
-    op_without_device: Callable[[torch.Tensor], None], out: torch.Tensor, message: str
+def test_a_cpu_tensor_is_refused_by_the_dispatcher(
+    op_without_device: Callable[[torch.Tensor], None], out: torch.Tensor
 ) -> None:
-    with pytest.raises(RuntimeError, match=message):
+    """The op is registered for CUDA only (as vLLM's are): any CPU buffer is refused
+    before the op runs; its own checks of CUDA buffers are tests/gpu/test_seed_kernel.py's."""
+    with pytest.raises(NotImplementedError, match="with arguments from the 'CPU' backend"):
         op_without_device(out)
 
 
@@ -140,10 +186,11 @@ from runner_hooks.core import seed_kernel
 if sys.argv[1] == "control":  # linked as before the fix: the compiler's libstdc++ alone
     load = cpp_extension.load
     cpp_extension.load = lambda **kwargs: load(**{**kwargs, "extra_ldflags": []})
-seed_kernel.OP_NAMESPACE = "static_libstdcxx"
-seed_kernel.build_library([(9, 0)])
+seed_kernel.build_library([(9, 0)], name="static_libstdcxx")
 try:
-    torch.ops.static_libstdcxx.stock_seeds.default(torch.empty(2, 2, dtype=torch.int64))
+    # A CUDA tensor: the op is registered for CUDA, and its own check formats the shape.
+    out = torch.empty(2, 2, dtype=torch.int64, device="cuda")
+    torch.ops.static_libstdcxx.stock_seeds.default(out)
 except RuntimeError as error:
     print(str(error).splitlines()[0])
 """
@@ -154,6 +201,10 @@ except RuntimeError as error:
     reason="needs nvcc (CUDA_HOME) and a C++ compiler to build the op",
 )
 @pytest.mark.skipif(torch.version.cuda is None, reason="needs a CUDA build of torch")
+@pytest.mark.skipif(
+    not torch.cuda.is_available(),
+    reason="needs a CUDA device: the op runs its checks only for CUDA tensors",
+)
 @pytest.mark.parametrize("build", ["fixed", "control"])
 def test_check_messages_survive_a_compiler_that_links_libstdcxx_statically(
     build: str, tmp_path: Path

@@ -1,5 +1,5 @@
 """sr-prefetch: apply the seed-prefetch runner patch to a vLLM tree or an installed vLLM,
-back out, and compile the patched vLLM's seed kernel before serving (build-op).
+back out, and compile an installed vLLM's seed op (build-op).
 
 Every command first resolves its target (a vLLM tree, and the supported release
 it is based on) before it reads anything else, and refuses with a message and
@@ -9,16 +9,14 @@ exit status 1 rather than change a target it cannot patch cleanly.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import shlex
 import shutil
 import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from types import ModuleType
 
-from . import journal, patch, releases, targets, tree, vendor
+from . import build_op, journal, patch, releases, targets, tree
 from .designs import DESIGNS, commit_message
 from .releases import RELEASES, Design, Site
 from .vendor import VendorError
@@ -138,19 +136,20 @@ def _parser() -> argparse.ArgumentParser:
     )
     export.set_defaults(run=_export)
 
-    build_op = commands.add_parser(
+    build_op_command = commands.add_parser(
         "build-op",
-        help="compile the patched vLLM's seed kernel now, not at the first engine start",
-        description="Compile the seed kernel of the patch applied to the vLLM at PATH, or the "
-        "installed one, into torch's extension cache ($TORCH_EXTENSIONS_DIR, or "
-        "~/.cache/torch_extensions), with that vLLM's own build code: an engine started later "
-        "with the same torch, the same cache and GPUs of these architectures loads it instead "
-        "of compiling it. Needs nvcc and a C++ compiler, not a GPU. Run it where the engine's "
-        "Python is (an image build, a deployment step).",
+        help="compile the seed op of an installed vLLM, which has no build step",
+        description="Compile the seed op that the reset design calls, as the extension "
+        "vllm._mamba_sr_C, and place it in the vLLM at PATH, or the installed one, as "
+        "vllm/_mamba_sr_C.so (revert removes it). A source tree's own CUDA build makes it "
+        "with its CMake (the patch adds the target); an installed vLLM needs this step. "
+        "Needs torch's CUDA build, nvcc and a C++ compiler, not a GPU; built in "
+        "sr-prefetch's cache. Run it with the engine's Python and torch (an image build, a "
+        "deployment step).",
     )
-    target_arguments(build_op, "[--base RELEASE] [--arch MAJOR.MINOR]")
-    base_option(build_op)
-    build_op.add_argument(
+    target_arguments(build_op_command, "[--base RELEASE] [--arch MAJOR.MINOR]")
+    base_option(build_op_command)
+    build_op_command.add_argument(
         "--arch",
         type=_compute_capability,
         action="append",
@@ -158,7 +157,7 @@ def _parser() -> argparse.ArgumentParser:
         help="a compute capability to compile for, e.g. 9.0 for H100/H200, 10.0 for B200 "
         "(repeat for several; default: the GPUs this process sees)",
     )
-    build_op.set_defaults(run=_build_op)
+    build_op_command.set_defaults(run=_build_op)
 
     versions = commands.add_parser(
         "versions", help="the supported releases: the call sites each has, the torch it pins"
@@ -324,45 +323,10 @@ def _compute_capability(text: str) -> tuple[int, int]:
     return int(major), int(minor)
 
 
-def vendored_seed_kernel(target: tree.Target) -> ModuleType:
-    """The seed_kernel module of the patch applied to `target`, loaded from its file.
-
-    Its build code, source path and op namespace are the ones the engine uses, so
-    what it builds is what the engine's first use finds in the cache.  It imports
-    torch and nothing of vLLM.
-    """
-    report = patch.status(target)
-    if report.problem is not None:
-        raise patch.PatchError(report.problem)
-    if report.design is None:
-        raise patch.PatchError(
-            f"no sr-prefetch design is applied to {target.root}, so it has no seed kernel; "
-            f"apply one first: sr-prefetch apply {shlex.quote(str(target.root))}"
-        )
-    stale = [r for r in report.files if r.state in ("stale", "unknown")]
-    if stale:
-        raise patch.PatchError(
-            f"the patch in {target.root} is not what this sr-prefetch applies:\n"
-            + "\n".join("\n".join(r.lines()) for r in stale)
-        )
-    path = target.root / vendor.VENDORED_PACKAGE / "seed_kernel.py"
-    if not path.is_file():
-        raise patch.PatchError(
-            f"the {report.design.value} design applied to {target.root} has no seed kernel "
-            "(it draws with randint); only the reset design builds one"
-        )
-    spec = importlib.util.spec_from_file_location("_sr_prefetch_vendored_seed_kernel", path)
-    if spec is None or spec.loader is None:
-        raise patch.PatchError(f"{path} cannot be loaded")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def _build_op(args: argparse.Namespace) -> int:
     target = _target(args)
+    build_op.check_target(target)
     try:
-        seed_kernel = vendored_seed_kernel(target)
         import torch
     except ModuleNotFoundError as error:
         if (error.name or "").partition(".")[0] != "torch":
@@ -371,6 +335,15 @@ def _build_op(args: argparse.Namespace) -> int:
             "sr-prefetch: build-op compiles with torch, which this Python cannot import: run "
             "it with the engine's Python, or install the torch that vLLM "
             f"{target.release.version} pins: pip install torch=={target.release.torch}",
+            file=sys.stderr,
+        )
+        return 1
+    from runner_hooks.core import seed_kernel
+
+    if torch.version.cuda is None:
+        print(
+            f"sr-prefetch: torch {torch.__version__} was built without CUDA, so it cannot "
+            f"build the seed op: install the CUDA build of torch=={target.release.torch}",
             file=sys.stderr,
         )
         return 1
@@ -387,15 +360,20 @@ def _build_op(args: argparse.Namespace) -> int:
             torch.cuda.get_device_capability(index) for index in range(torch.cuda.device_count())
         ]
     archs = ", ".join(f"{major}.{minor}" for major, minor in sorted(set(capabilities)))
-    print(f"Building the seed kernel of {_describe(target)} for compute capability {archs} ...")
+    print(f"Building the seed op of {_describe(target)} for compute capability {archs} ...")
+    if (target.root / "setup.py").is_file():
+        print(
+            "Note: a source tree's own CUDA build makes vllm._mamba_sr_C (its CMake target); "
+            "build-op's library is for one built without it (VLLM_USE_PRECOMPILED)."
+        )
     try:
-        library = seed_kernel.build_library(capabilities)
+        built, placed = build_op.build(target, capabilities, seed_kernel)
     except seed_kernel.SeedKernelUnavailable as error:
         print(f"sr-prefetch: {error}", file=sys.stderr)
         return 1
     print(
-        f"Built {library}.\nAn engine with this torch, TORCH_EXTENSIONS_DIR and these GPU "
-        "architectures loads it at start instead of compiling it."
+        f"Built {built} and placed it as {placed}: the engine imports it as "
+        "vllm._mamba_sr_C (sr-prefetch revert removes it)."
     )
     return 0
 

@@ -119,12 +119,34 @@ def _only_imports(operation: Operation) -> bool:
 
 
 def _added_item(path: str, data: bytes) -> str:
-    """`- path`, with the first line of its docstring where it is a Python module."""
-    if not path.endswith(".py"):
-        return f"- {path}"
-    docstring = ast.get_docstring(ast.parse(data.decode("utf-8")))
-    summary = " ".join(docstring.split("\n\n")[0].split()) if docstring else ""
+    """`- path`, with the first paragraph of its docstring where it is a Python module,
+    the first sentence of its opening comment where it is a CUDA source."""
+    if path.endswith(".cu"):
+        summary = _comment_sentence(data.decode("utf-8"))
+    elif path.endswith(".py"):
+        docstring = ast.get_docstring(ast.parse(data.decode("utf-8")))
+        summary = " ".join(docstring.split("\n\n")[0].split()) if docstring else ""
+    else:
+        summary = ""
     return f"- {path}: {summary}" if summary else f"- {path}"
+
+
+def _comment_sentence(text: str) -> str:
+    """The first sentence of the `//` comment a C++ or CUDA file opens with (after its
+    SPDX lines)."""
+    words: list[str] = []
+    for line in text.splitlines():
+        if not line.startswith("//"):
+            break
+        comment = line.removeprefix("//").strip()
+        if comment.startswith("SPDX-") or (not comment and not words):
+            continue
+        if not comment:
+            break
+        words += comment.split()
+    paragraph = " ".join(words)
+    end = paragraph.find(". ")
+    return paragraph if end < 0 else paragraph[: end + 1]
 
 
 def _refill(block: str) -> str:

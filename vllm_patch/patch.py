@@ -26,11 +26,16 @@ from pathlib import Path
 from . import fork_test, journal, targets, vendor
 from .releases import SITES_SINCE, Design, Release, Site, pristine_sha256
 from .syntax import FileOperations, SiteError, Source, apply_all, revert_all
+from .targets import cmake_lists
 from .tree import Kind, Target, dirty_paths
 
 ORIGINALS = "vllm/.sr-prefetch-originals"
 """Where `apply` keeps an installed vLLM's replaced files (inside the package, so that
 they go wherever it goes); `revert` restores them and removes the folder."""
+BUILT_OP = f"vllm/{cmake_lists.EXTENSION}.so"
+"""Where `sr-prefetch build-op` puts the seed op's library in a target, so that `import
+vllm._mamba_sr_C` finds it (a source tree's CMake build installs its own, named with the
+ABI tag, `_mamba_sr_C.abi3.so`); `revert` removes it."""
 
 
 class PatchError(Exception):
@@ -242,7 +247,12 @@ def revert(target: Target) -> tuple[Design | None, list[FileReport]]:
     journal.replace_files(
         target.root,
         changes,
-        prune=[vendor.VENDORED_PACKAGE, str(Path(fork_test.PATH).parent), ORIGINALS],
+        prune=[
+            vendor.VENDORED_PACKAGE,
+            str(Path(fork_test.PATH).parent),
+            ORIGINALS,
+            str(Path(cmake_lists.SOURCE).parent),
+        ],
         what=f"revert of the {design} design",
     )
     return design, reports
@@ -260,7 +270,7 @@ def status(target: Target) -> TreeStatus:
     design, changed = applied
     files = [FileReport(path, "changed") for path in changed]
     files += [
-        FileReport(path, "kept" if path.startswith(ORIGINALS) else "added")
+        FileReport(path, _added_state(path), _BUILT_DETAILS if path == BUILT_OP else [])
         for path in _added_paths(target.root)
     ]
     try:
@@ -269,7 +279,7 @@ def status(target: Target) -> TreeStatus:
         files.append(FileReport(vendor.VENDORED_PACKAGE, "unknown", [str(error)]))
         return TreeStatus(target, design, files)
     present = {path: (target.root / path).read_bytes() for path in _added_paths(target.root)}
-    present = {p: d for p, d in present.items() if not p.startswith(ORIGINALS)}
+    present = {p: d for p, d in present.items() if _added_state(p) == "added"}
     if present != expected:
         stale = sorted(p for p in set(present) | set(expected) if present.get(p) != expected.get(p))
         files.append(
@@ -286,12 +296,24 @@ def status(target: Target) -> TreeStatus:
     return TreeStatus(target, design, files)
 
 
+def _added_state(path: str) -> str:
+    """How status names a file a design added: kept (an original), built (build-op's
+    library) or added."""
+    return "kept" if path.startswith(ORIGINALS) else "built" if path == BUILT_OP else "added"
+
+
+_BUILT_DETAILS = ["the seed op's library, placed by sr-prefetch build-op"]
+
+
 def _added_files(target: Target, design: Design) -> dict[str, bytes]:
     """What the design adds: the vendored package, and the fork's test where the target
-    has a tests/ tree to put it in (not an installed vLLM)."""
+    has a tests/ tree to put it in (not an installed vLLM); the reset design, in a source
+    tree (setup.py), the seed op's source, which its CMake target builds."""
     files = vendor.vendored_files(design)
     if target.kind is not Kind.INSTALLED:
         files[fork_test.PATH] = fork_test.render(design.value).encode("utf-8")
+        if design is Design.RESET and (target.root / "setup.py").is_file():
+            files[cmake_lists.SOURCE] = cmake_lists.source_bytes()
     return files
 
 
@@ -327,8 +349,9 @@ def _leftovers(target: Target) -> list[str]:
 
 def _added_paths(root: Path) -> list[str]:
     """The files a design added that are in the tree now: the whole vendored
-    package (whatever runner_hooks held when it was applied), the fork test, and
-    an installed vLLM's kept originals."""
+    package (whatever runner_hooks held when it was applied), the fork test, the
+    seed op's source in a source tree, an installed vLLM's kept originals, and the
+    library build-op placed."""
     paths = []
     for folder in (vendor.VENDORED_PACKAGE, ORIGINALS):
         top = root / folder
@@ -337,8 +360,9 @@ def _added_paths(root: Path) -> list[str]:
             for path in (top.rglob("*") if top.is_dir() else [])
             if path.is_file() and "__pycache__" not in path.parts
         )
-    if (root / fork_test.PATH).is_file():
-        paths.append(fork_test.PATH)
+    paths += [
+        path for path in (fork_test.PATH, cmake_lists.SOURCE, BUILT_OP) if (root / path).is_file()
+    ]
     return paths
 
 

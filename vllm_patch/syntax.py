@@ -8,6 +8,9 @@ that calls `set_forward_context`, the call to `torch.randint`).  The stdlib
 `ast` gives each node's exact span, and an edit splices new text there, so
 every byte outside the edit is kept: comments, blank lines, formatting.
 
+A file that is not Python (CMakeLists.txt) is edited the same way, at a line
+found by the structure of its own language (`FindLine`, `InsertLines`).
+
 Each operation below can also be taken back out of a file it was applied to:
 `revert` finds what `apply` inserted, by the same structure, and removes it.
 The caller checks every revert by applying again (patch.py): the result must
@@ -44,19 +47,30 @@ def parse(text: str) -> ast.Module:
 
 
 class Source:
-    """A file's text, its syntax tree, and the conversion from (line, column) to offsets."""
+    """A file's text, its syntax tree, and the conversion from (line, column) to offsets.
+
+    The tree is parsed when first asked for: the operations on a file that is not
+    Python (CMakeLists.txt: `InsertLines`) read its lines only."""
 
     def __init__(self, text: str, path: str = "<source>") -> None:
         self.text = text
         self.path = path
-        try:
-            self.tree = parse(text)
-        except SyntaxError as error:
-            raise SiteError(f"does not parse: {error}") from None
         self._line_starts = [0]
         for line in text.splitlines(keepends=True):
             self._line_starts.append(self._line_starts[-1] + len(line))
         self._lines = text.splitlines(keepends=True)
+
+    @functools.cached_property
+    def tree(self) -> ast.Module:
+        try:
+            return parse(self.text)
+        except SyntaxError as error:
+            raise SiteError(f"does not parse: {error}") from None
+
+    @property
+    def lines(self) -> list[str]:
+        """The text's lines, each with its line break."""
+        return self._lines
 
     def offset(self, lineno: int, col_offset: int) -> int:
         """Text offset of an ast position (col_offset counts UTF-8 bytes)."""
@@ -637,6 +651,46 @@ class OnlyWhere(Operation):
 
 def only_where(holds: Callable[[Source], bool], operation: Operation) -> OnlyWhere:
     return OnlyWhere(why=operation.why, at=operation.at, operation=operation, holds=holds)
+
+
+# --- files that are not Python ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FindLine:
+    """One line of a file that is not Python (CMakeLists.txt), found by the structure of
+    its text: `index` takes the file's lines (each with its line break) and returns the
+    index of the line, or raises SiteError.  `what` says in words what is looked for."""
+
+    what: str
+    index: Callable[[list[str]], int]
+
+    def lineno(self, source: Source) -> int:
+        return self.index(source.lines) + 1
+
+
+@dataclass(frozen=True, kw_only=True)
+class InsertLines(Operation):
+    """Whole lines of `code` inserted before the line `at` finds, in a file that is not
+    Python: only its lines are read.  Revert finds that line again, below the inserted
+    lines, and takes out exactly those."""
+
+    at: FindLine  # type: ignore[assignment]
+    code: str
+
+    def apply(self, source: Source) -> str:
+        position = source.line_start(self.at.lineno(source))
+        return _splice(source.text, position, position, self.code)
+
+    def revert(self, source: Source) -> str:
+        position = source.line_start(self.at.lineno(source)) - len(self.code)
+        if position < 0:
+            raise SiteError(f"{self.why}: the inserted lines are not where the patch puts them")
+        _expect(source, position, self.code, self.why)
+        return _splice(source.text, position, position + len(self.code), "")
+
+    def located(self, source: Source) -> str:
+        return f"before line {self.at.lineno(source)}"
 
 
 # --- a file's operations, applied in order ---------------------------------------------

@@ -168,10 +168,15 @@ def wheel_dir() -> Path:
     return cache_dir() / "wheels"
 
 
+BUILD_FILES = ("setup.py", "CMakeLists.txt")
+"""The files of a pristine tree that come from the release's sdist: what the reset design
+edits in a source tree (targets/setup_py.py, targets/cmake_lists.py)."""
+
+
 def pristine_path(release: Release) -> Path:
     """Where the pristine tree of `release` is cached (a directory per layout: one built
-    before setup.py was part of it is not reused)."""
-    return cache_dir() / "pristine" / f"vllm-{release.version}"
+    before setup.py and CMakeLists.txt were part of it, under pristine/, is not reused)."""
+    return cache_dir() / "pristine-v2" / f"vllm-{release.version}"
 
 
 def pristine_tree(release: Release = releases.NEWEST) -> Path:
@@ -180,8 +185,8 @@ def pristine_tree(release: Release = releases.NEWEST) -> Path:
     Built from the release's PyPI wheel, read member by member over HTTP ranges
     (wheel.py; a few MB rather than the whole wheel): its `vllm/` package, less
     compiled binaries, which a fork's source tree does not track, and setup.py
-    from its sdist (sdist.py), committed as "vLLM v<release>" and tagged
-    v<release>.  The commit stays pristine: the commands change only the work
+    and CMakeLists.txt from its sdist (sdist.py), committed as "vLLM v<release>"
+    and tagged v<release>.  The commit stays pristine: the commands change only the work
     tree, so `HEAD` is always the base to diff and export against.
     """
     target = pristine_path(release)
@@ -203,7 +208,8 @@ def pristine_tree(release: Release = releases.NEWEST) -> Path:
                 continue
             (staging / name).parent.mkdir(parents=True, exist_ok=True)
             (staging / name).write_bytes(data)
-        (staging / "setup.py").write_bytes(release_files(release, ("setup.py",))["setup.py"])
+        for name, data in release_files(release, BUILD_FILES).items():
+            (staging / name).write_bytes(data)
         _git(staging, "init", "--quiet")
         _git(staging, "add", "--all")
         _commit(staging, f"vLLM v{release.version}")
@@ -220,7 +226,7 @@ def pristine_tree(release: Release = releases.NEWEST) -> Path:
 
 def release_files(release: Release, paths: tuple[str, ...]) -> dict[str, bytes]:
     """`paths` of `release`, read once and cached: the package's files and its dist-info
-    from its wheel over HTTP ranges, the others (setup.py) from its sdist."""
+    from its wheel over HTTP ranges, the others (BUILD_FILES) from its sdist."""
     folder = cache_dir() / "files" / release.version
     missing = [path for path in paths if not (folder / path).is_file()]
     if missing:

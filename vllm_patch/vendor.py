@@ -1,12 +1,13 @@
 """The vLLM-side copy of a design's unit of `runner_hooks`, produced from its source.
 
 A design vendors the modules its unit reaches: the relative-import closure of the
-unit's `__init__.py` (`UNITS`), plus the csrc/ sources those modules name.  They land
-flat in one package inside vLLM, so an import of another unit's module
-(`from ..core.prefetch import ...`) becomes a sibling's (`from .prefetch import ...`).
-The modules carry vLLM's SPDX header themselves; vendoring swaps `logging.getLogger`
-for vLLM's `init_logger` and sets the op namespace, and refuses a file that names
-anything outside vLLM.
+unit's `__init__.py` (`UNITS`).  They land flat in one package inside vLLM, so an
+import of another unit's module (`from ..core.prefetch import ...`) becomes a
+sibling's (`from .prefetch import ...`).  The modules carry vLLM's SPDX header
+themselves; vendoring swaps `logging.getLogger` for vLLM's `init_logger`, lands
+seed_kernel.py as vLLM's loader of its own extension (`LANDED`), and refuses a
+file that names anything outside vLLM.  No CUDA source is vendored: a source
+tree builds the seed op with its CMake (targets/cmake_lists.py).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import importlib.util
 from pathlib import Path, PurePosixPath
 
 from .releases import Design
-from .syntax import parse
+from .syntax import landing, parse
 
 SOURCE_PACKAGE = "runner_hooks"
 VENDORED_PACKAGE = "vllm/model_executor/layers/mamba/ops/sr_seed_prefetch"
@@ -40,20 +41,17 @@ FOREIGN_NAMES = (
 )
 """What no vendored file may name: nothing outside vLLM."""
 
-OP_NAMESPACE = "_mamba_sr_seed_C"
-"""The torch.ops namespace of the seed op inside vLLM, named as vLLM names its own
-compiled-op namespaces (`_C`, `_moe_C`); runner_hooks keeps `runner_hooks`."""
-
-CONSTANTS: dict[str, dict[str, str]] = {
-    "seed_kernel.py": {"OP_NAMESPACE": f'"{OP_NAMESPACE}"'},
-}
+CONSTANTS: dict[str, dict[str, str]] = {}
 """Module-level constants whose value the vendored copy sets: module -> name -> source."""
+
+LANDED: dict[str, str] = {"seed_kernel.py": "vendored_seed_kernel.py"}
+"""Modules whose vendored copy is a landing file instead (module -> landing/ file):
+runner_hooks' seed_kernel.py compiles the op on first use; vLLM's loads the _mamba_sr_C
+extension that vLLM builds, through _custom_ops.mamba_sr_stock_seeds."""
 
 _LOGGER_STDLIB = "logger = logging.getLogger(__name__)"
 _LOGGER_VLLM = "logger = init_logger(__name__)"
 _INIT_LOGGER_IMPORT = "from vllm.logger import init_logger\n"
-_SOURCES_DIR = "csrc"
-"""Where a unit keeps the sources of its compiled ops, beside the module that loads them."""
 
 
 class VendorError(Exception):
@@ -69,8 +67,8 @@ def source_dir() -> Path:
 
 
 def closure(design: Design, source: Path | None = None) -> list[PurePosixPath]:
-    """The files `design` vendors, relative to runner_hooks: its unit's __init__.py,
-    every module a relative import reaches from there, and the csrc/ files they name."""
+    """The files `design` vendors, relative to runner_hooks: its unit's __init__.py and
+    every module a relative import reaches from there."""
     source = source if source is not None else source_dir()
     start = PurePosixPath(UNITS[design], "__init__.py")
     if not (source / start).is_file():
@@ -83,13 +81,7 @@ def closure(design: Design, source: Path | None = None) -> list[PurePosixPath]:
             if target not in modules:
                 modules.append(target)
                 todo.append(target)
-    sources = [
-        PurePosixPath(module.parent, _SOURCES_DIR, path.name)
-        for module in modules
-        for path in sorted((source / module.parent / _SOURCES_DIR).glob("*"))
-        if path.is_file() and path.name in _strings(_parse(source, module))
-    ]
-    return sorted({*modules, *sources})
+    return sorted(modules)
 
 
 def vendored_files(design: Design, source: Path | None = None) -> dict[str, bytes]:
@@ -102,9 +94,12 @@ def vendored_files(design: Design, source: Path | None = None) -> dict[str, byte
         if destination in files:
             raise VendorError(f"{relative} and another module both land as {flat}")
         origin = f"{SOURCE_PACKAGE}/{relative}"
-        data = (source / relative).read_bytes()
-        if relative.suffix == ".py":
-            text = _set_constants(data.decode("utf-8"), CONSTANTS.get(flat, {}), origin)
+        if flat in LANDED:
+            origin = f"landing/{LANDED[flat]}"
+            data = vendor_module(landing(LANDED[flat]), origin).encode("utf-8")
+        else:
+            text = (source / relative).read_text(encoding="utf-8")
+            text = _set_constants(text, CONSTANTS.get(flat, {}), origin)
             text = _flatten_imports(text, source, relative)
             data = vendor_module(text, origin).encode("utf-8")
         foreign = [name for name in FOREIGN_NAMES if name.encode() in data]
@@ -156,14 +151,6 @@ def _relative_imports(tree: ast.Module) -> list[ast.ImportFrom]:
     return [node for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.level]
 
 
-def _strings(tree: ast.Module) -> set[str]:
-    return {
-        node.value
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Constant) and isinstance(node.value, str)
-    }
-
-
 def _resolve(source: Path, module: PurePosixPath, node: ast.ImportFrom) -> PurePosixPath:
     """The module file that `from <dots><name> import ...` in `module` reads."""
     where = f"{SOURCE_PACKAGE}/{module}:{node.lineno}"
@@ -182,9 +169,7 @@ def _resolve(source: Path, module: PurePosixPath, node: ast.ImportFrom) -> PureP
 
 
 def _flat_name(relative: PurePosixPath) -> str:
-    """Where a unit's file lands in the vendored package: its name (csrc/ kept)."""
-    if relative.parent.name == _SOURCES_DIR:
-        return f"{_SOURCES_DIR}/{relative.name}"
+    """Where a unit's module lands in the vendored package: its name."""
     return relative.name
 
 

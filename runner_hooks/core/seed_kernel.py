@@ -1,7 +1,11 @@
 # SPDX-License-Identifier: Apache-2.0
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM project
 """N stock-identical seeds from one kernel launch (csrc/stock_seeds.cu),
-compiled on first use with `torch.utils.cpp_extension`."""
+compiled on first use with `torch.utils.cpp_extension`.
+
+The source registers its op as vLLM's own extensions do (csrc/core/registration.h
+is vLLM's header): in the torch.ops namespace named by the build, its
+TORCH_EXTENSION_NAME.  Here that is this build's own name (`build_name`)."""
 
 import functools
 import hashlib
@@ -12,17 +16,40 @@ import torch
 from torch.utils import cpp_extension
 
 SOURCE = Path(__file__).with_name("csrc") / "stock_seeds.cu"
-OP_NAMESPACE = "runner_hooks"
-"""The op's torch.ops namespace, given to the source as SR_SEED_OP_NAMESPACE."""
+INCLUDE_DIR = SOURCE.parent
+"""Where the source's `#include "core/registration.h"` is found."""
+BUILD_PREFIX = "runner_hooks_stock_seeds"
 
 
 class SeedKernelUnavailable(RuntimeError):
     """The seed op cannot be built or loaded here; the message says why."""
 
 
-def build_library(capabilities: Sequence[tuple[int, int]]) -> Path:
+def _archs(capabilities: Sequence[tuple[int, int]]) -> list[str]:
+    return sorted(f"{major}{minor}" for major, minor in set(capabilities))
+
+
+def build_name(capabilities: Sequence[tuple[int, int]]) -> str:
+    """The build's name, which is also its op's namespace: named by the source's path
+    and bytes, torch's version and the architectures, so that installations sharing
+    TORCH_EXTENSIONS_DIR each keep their own build, not rebuilding each other's."""
+    key = hashlib.sha256(
+        SOURCE.read_bytes()
+        + f"|{SOURCE.resolve()}|{torch.__version__}|{_archs(capabilities)}".encode()
+    ).hexdigest()
+    return f"{BUILD_PREFIX}_{key[:16]}"
+
+
+def build_library(
+    capabilities: Sequence[tuple[int, int]],
+    *,
+    name: str | None = None,
+    build_directory: Path | None = None,
+) -> Path:
     """Builds the op for `capabilities` unless cached (with nvcc, a C++ compiler
-    and ninja; no device needed), loads it, returns its path."""
+    and ninja; no device needed), loads it, returns its path.  `name` (default
+    `build_name`) is the extension's name and its op's namespace; `build_directory`
+    (default: torch's extension cache) is where it is built."""
     if torch.version.cuda is None:
         raise SeedKernelUnavailable(
             f"torch {torch.__version__} was built without CUDA; "
@@ -32,24 +59,22 @@ def build_library(capabilities: Sequence[tuple[int, int]]) -> Path:
         raise SeedKernelUnavailable(
             f"{SOURCE} is missing: this installation lacks the op's CUDA source"
         )
-    archs = sorted(f"{major}{minor}" for major, minor in set(capabilities))
-    key = hashlib.sha256(
-        SOURCE.read_bytes() + f"|{torch.__version__}|{archs}|{OP_NAMESPACE}".encode()
-    ).hexdigest()
+    archs = _archs(capabilities)
     try:
         library = cpp_extension.load(
-            name=f"{OP_NAMESPACE}_stock_seeds_{key[:16]}",
+            name=name or build_name(capabilities),
             sources=[str(SOURCE)],
+            extra_include_paths=[str(INCLUDE_DIR)],
             # Explicit -gencode flags: torch then ignores TORCH_CUDA_ARCH_LIST.
             extra_cuda_cflags=[
                 "-O3",
-                f"-DSR_SEED_OP_NAMESPACE={OP_NAMESPACE}",
                 *(f"-gencode=arch=compute_{arch},code=sm_{arch}" for arch in archs),
                 *_curand_include_flags(),
             ],
             # The process's libstdc++: a compiler that links its own statically gives
             # the op a second copy, whose iostreams fail to format TORCH_CHECK messages.
             extra_ldflags=["-l:libstdc++.so.6"],
+            build_directory=None if build_directory is None else str(build_directory),
             is_python_module=False,
         )
     except (RuntimeError, OSError) as error:
@@ -72,13 +97,13 @@ def stock_seeds_op() -> Callable[[torch.Tensor], None]:
             f"no CUDA device is available (torch {torch.__version__}, "
             f"CUDA {torch.version.cuda})"
         )
-    build_library(
-        [
-            torch.cuda.get_device_capability(index)
-            for index in range(torch.accelerator.device_count())
-        ]
-    )
-    return getattr(torch.ops, OP_NAMESPACE).stock_seeds.default
+    capabilities = [
+        torch.cuda.get_device_capability(index)
+        for index in range(torch.accelerator.device_count())
+    ]
+    name = build_name(capabilities)
+    build_library(capabilities, name=name)
+    return getattr(torch.ops, name).stock_seeds.default
 
 
 class KernelDrawer:

@@ -247,7 +247,8 @@ assert torch.equal(torch.cuda.default_generators[0].get_state(), start), "the op
         ('torch.empty(4, dtype=torch.int32, device="cuda:0")', "must be int64"),
         ('torch.empty(2, 2, dtype=torch.int64, device="cuda:0")', "must be 1-D"),
         ('torch.empty(8, dtype=torch.int64, device="cuda:0")[::2]', "must be contiguous"),
-        ("torch.empty(4, dtype=torch.int64)", "must be a CUDA tensor"),
+        # Registered for CUDA only: the dispatcher refuses a CPU buffer.
+        ("torch.empty(4, dtype=torch.int64)", "with arguments from the 'CPU' backend"),
     ],
     ids=["int32", "2-D", "strided", "cpu"],
 )
@@ -300,26 +301,33 @@ def test_fresh_process_loads_the_cached_build(drawer: SeedDrawer) -> None:
     assert float(elapsed) < 20, f"loading the cached build took {elapsed} s"
 
 
-VENDORED_CHILD = """
+VLLM_CHILD = """
+import importlib.util
+import sys
 import torch
 from runner_hooks.core import seed_kernel
-from vllm_patch import vendor
-seed_kernel.OP_NAMESPACE = vendor.OP_NAMESPACE  # what the vendored copy in vLLM sets
+# As `sr-prefetch build-op` builds it for an installed vLLM: named _mamba_sr_C, so that
+# TORCH_EXTENSION_NAME (the op's namespace) and PyInit__mamba_sr_C are vLLM's.
+library = seed_kernel.build_library([torch.cuda.get_device_capability(0)],
+                                    name="_mamba_sr_C", build_directory=sys.argv[1])
+spec = importlib.util.spec_from_file_location("_mamba_sr_C", library)
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)  # `import vllm._mamba_sr_C` does this
 n = 40
 torch.cuda.manual_seed(7)
 stock = [int(torch.randint(0, 2**32, (1,), device="cuda").item()) for _ in range(n)]
 torch.cuda.manual_seed(7)
 out = torch.empty(n, dtype=torch.int64, device="cuda")
-seed_kernel.stock_seeds_op()(out)
+torch.ops._mamba_sr_C.stock_seeds(out)
 assert out.tolist() == stock, (out.tolist()[:4], stock[:4])
-assert hasattr(torch.ops, vendor.OP_NAMESPACE)
-print(getattr(torch.ops, vendor.OP_NAMESPACE).stock_seeds.default.name())
+print(module.__name__, torch.ops._mamba_sr_C.stock_seeds.default.name())
 """
 
 
-def test_the_vendored_namespace_builds_its_own_op_with_stock_values() -> None:
-    """vLLM's copy registers the op under vLLM's namespace (vendor.OP_NAMESPACE): a
-    separate build that draws stock's values, beside runner_hooks' own."""
-    child = run_child(VENDORED_CHILD, timeout=420)
+def test_vllms_name_builds_an_importable_op_with_stock_values(tmp_path: Path) -> None:
+    """Built as vLLM's _mamba_sr_C (build-op's name), the source makes a Python module
+    (REGISTER_EXTENSION) whose op, torch.ops._mamba_sr_C.stock_seeds, draws stock's
+    values: a build of its own beside runner_hooks'."""
+    child = run_child(VLLM_CHILD, str(tmp_path), timeout=420)
     assert child.returncode == 0, child.stderr[-3000:]
-    assert child.stdout.split()[-1] == "_mamba_sr_seed_C::stock_seeds"
+    assert child.stdout.split()[-2:] == ["_mamba_sr_C", "_mamba_sr_C::stock_seeds"]

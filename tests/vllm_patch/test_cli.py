@@ -25,6 +25,8 @@ from vllm_patch import cli, designs, fork_test, patch, releases, syntax, targets
 from vllm_patch.designs import DESIGNS
 from vllm_patch.releases import NEWEST, Design, Site
 from vllm_patch.targets import (
+    cmake_lists,
+    custom_ops,
     envs,
     mamba_mixer2,
     mamba_ssm,
@@ -52,8 +54,10 @@ def changed_paths(design: Design) -> set[str]:
 
 
 def added_paths(design: Design = Design.RESET) -> set[str]:
-    """The files `design` adds to a git tree: the vendored package and the fork test."""
-    return set(vendor.vendored_files(design)) | {fork_test.PATH}
+    """The files `design` adds to a git source tree: the vendored package and the fork
+    test; the reset design, the seed op's source too (its CMake target builds it)."""
+    source = {cmake_lists.SOURCE} if design is Design.RESET else set()
+    return set(vendor.vendored_files(design)) | {fork_test.PATH} | source
 
 
 @pytest.fixture
@@ -111,9 +115,11 @@ def test_the_reset_design_edits_the_runners_and_forward_context_does_not() -> No
         mamba_ssm.PATH,
         replayssm_triton.PATH,
         mamba_mixer2.PATH,
-    }  # no setup.py: its vendored files have no CUDA source
-    assert setup_py.needed(vendor.vendored_files(Design.RESET))
-    assert not setup_py.needed(vendor.vendored_files(Design.FORWARD_CONTEXT))
+    }  # no _custom_ops.py, CMakeLists.txt or setup.py: it has no seed op
+    # In an installed vLLM (no setup.py) the reset design wraps the op, and builds nothing.
+    installed = targets.file_operations(Design.RESET, NEWEST, setup_py_present=False)
+    assert custom_ops.PATH in {fo.path for fo in installed}
+    assert not {cmake_lists.PATH, setup_py.PATH} & {fo.path for fo in installed}
     forward_context_sites = {
         operation.site
         for file_ops in targets.file_operations(
@@ -193,7 +199,7 @@ def test_export_applies_with_git_am_and_gives_the_same_files(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     # export patches a clone of the cached pristine tree: here a small copy of it.
-    small_git_copy(pristine, cache / f"vllm-{NEWEST.version}")
+    small_git_copy(pristine, tree.pristine_path(NEWEST))
     mail = tmp_path / f"{design}.patch"
     status, out = run(capsys, "export", "--design", design, "-o", mail)
     assert status == 0, out
@@ -234,7 +240,7 @@ def test_export_to_stdout_writes_the_patch_there_and_no_file(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    small_git_copy(pristine, cache / f"vllm-{NEWEST.version}")
+    small_git_copy(pristine, tree.pristine_path(NEWEST))
     monkeypatch.chdir(tmp_path)
     assert cli.main(["export", "-o", "-"]) == 0
     captured = capsys.readouterr()
@@ -356,8 +362,7 @@ def test_vendored_files_equal_what_runner_hooks_produces(
     }
     assert in_tree == produced
     assert {p.removeprefix(vendor.VENDORED_PACKAGE + "/") for p in produced} == {
-        (f"csrc/{path.name}" if path.parent.name == "csrc" else path.name)
-        for path in vendor.closure(design)
+        path.name for path in vendor.closure(design)
     }
 
 
@@ -460,7 +465,7 @@ def test_a_tree_outside_git_is_patched_and_reverted(
     assert snapshot(plain) == before
 
 
-# --- build-op: the seed kernel compiled before serving ---------------------------------------
+# --- build-op: the seed op of a vLLM without a build step ------------------------------------
 
 
 def test_build_op_refuses_the_forward_context_design_which_has_no_kernel(
@@ -481,45 +486,81 @@ def test_build_op_refuses_a_tree_without_the_patch(
     assert changed_files(small_tree) == set()
 
 
-def test_build_op_builds_with_the_patched_trees_own_code(
+@pytest.fixture
+def cuda_torch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """This torch taken for a CUDA build (the build itself is faked where it is used)."""
+    import torch
+
+    monkeypatch.setattr(torch.version, "cuda", "13.0")
+
+
+def test_build_op_builds_runner_hooks_source_as_vllms_extension_and_places_it(
     small_tree: Path,
+    cache: Path,
+    cuda_torch: None,
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The engine's own seed_kernel module (file, source, op namespace) builds, for
-    the architectures named: what the engine's first use then finds in the cache."""
+    """runner_hooks' source, built under the name _mamba_sr_C (its TORCH_EXTENSION_NAME,
+    the op's namespace, and its PyInit__mamba_sr_C are vLLM's) in sr-prefetch's cache,
+    for the architectures named; placed as vllm/_mamba_sr_C.so, listed by status as
+    built, removed by revert."""
+    from runner_hooks.core import seed_kernel
+
     assert run(capsys, "apply", small_tree)[0] == 0
-    built: list[tuple[object, list[tuple[int, int]]]] = []
-    load = cli.vendored_seed_kernel
+    built: list[tuple[list[tuple[int, int]], str | None, Path | None]] = []
 
-    def vendored(target: tree.Target) -> object:
-        module = load(target)
-        monkeypatch.setattr(
-            module, "build_library", lambda caps: built.append((module, caps)) or Path("op.so")
-        )
-        return module
+    def build_library(caps, *, name=None, build_directory=None):  # type: ignore[no-untyped-def]
+        built.append((caps, name, build_directory))
+        library = build_directory / f"{name}.so"
+        library.write_bytes(b"\x7fELF the library")
+        return library
 
-    monkeypatch.setattr(cli, "vendored_seed_kernel", vendored)
+    monkeypatch.setattr(seed_kernel, "build_library", build_library)
     status, out = run(capsys, "build-op", small_tree, "--arch", "9.0", "--arch", "10.0")
-    assert status == 0 and "Built op.so" in out, out
-    [(module, capabilities)] = built
-    package = small_tree / vendor.VENDORED_PACKAGE
-    assert Path(module.__file__) == package / "seed_kernel.py"
-    assert package / "csrc" / "stock_seeds.cu" == module.SOURCE and module.SOURCE.is_file()
-    assert module.OP_NAMESPACE == vendor.OP_NAMESPACE
-    assert capabilities == [(9, 0), (10, 0)]
+    assert status == 0, out
+    [(capabilities, name, directory)] = built
+    assert capabilities == [(9, 0), (10, 0)] and name == "_mamba_sr_C"
+    assert directory == cache / "build-op" / seed_kernel.build_name(capabilities)
+    placed = small_tree / patch.BUILT_OP
+    assert placed.read_bytes() == b"\x7fELF the library"
+    assert f"Built {directory / '_mamba_sr_C.so'} and placed it as {placed}" in out, out
+    assert "a source tree's own CUDA build makes vllm._mamba_sr_C" in out  # it has setup.py
+
+    status, out = run(capsys, "status", small_tree)
+    assert status == 0 and f"  built          {patch.BUILT_OP}\n" in out, out
+    assert "stale" not in out
+    status, out = run(capsys, "revert", small_tree)
+    assert status == 0 and f"removed        {patch.BUILT_OP}" in out, out
+    assert changed_files(small_tree) == set()
+
+
+def test_a_placed_library_without_the_design_is_a_leftover(
+    small_tree: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (small_tree / patch.BUILT_OP).write_bytes(b"\x7fELF")
+    status, out = run(capsys, "status", small_tree)
+    assert status == 1 and "partly patched" in out and f"{patch.BUILT_OP} exists" in out, out
 
 
 def test_build_op_says_why_it_cannot_build(
     small_tree: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Here: torch without CUDA, or no nvcc; the engine's own message, exit status 1."""
+    """Here: torch without CUDA, in one line; elsewhere, no nvcc, with the compiler's
+    errors."""
+    import torch
+
     assert run(capsys, "apply", small_tree)[0] == 0
     status, out = run(capsys, "build-op", small_tree, "--arch", "9.0")
     if status == 0:
-        pytest.skip("the seed kernel builds on this machine")
+        pytest.skip("the seed op builds on this machine")
     assert status == 1 and out.count("sr-prefetch: ") == 1, out
-    assert "built without CUDA" in out or "nvcc" in out or "failed" in out, out
+    if torch.version.cuda is None:
+        assert out.count("\n") == 1 and "was built without CUDA" in out, out
+        assert f"torch=={NEWEST.torch}" in out
+    else:
+        assert "nvcc" in out or "failed" in out, out
+    assert not (small_tree / patch.BUILT_OP).exists()
 
 
 def test_build_op_without_torch_says_what_to_install_without_a_traceback(
@@ -534,14 +575,17 @@ def test_build_op_without_torch_says_what_to_install_without_a_traceback(
 
 
 def test_build_op_without_a_gpu_asks_for_the_architectures(
-    small_tree: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    small_tree: Path,
+    cuda_torch: None,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     import torch
 
     assert run(capsys, "apply", small_tree)[0] == 0
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     status, out = run(capsys, "build-op", small_tree)
-    assert status == 1 and "--arch" in out, out
+    assert status == 1 and out.count("\n") == 1 and "--arch" in out, out
 
 
 def test_build_op_refuses_a_stale_vendored_copy(

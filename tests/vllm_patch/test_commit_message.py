@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import re
+import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -17,7 +18,7 @@ from vllm_patch import designs, patch, releases, targets, tree
 from vllm_patch.releases import RELEASES, Design, Site
 from vllm_patch.syntax import apply_all
 
-FILE = re.compile(r"[\w./-]*\w\.(?:py|cu)\b")
+FILE = re.compile(r"[\w./-]*\w\.(?:py|cu|txt)\b")
 ENV_VAR = re.compile(r"\bVLLM_\w+")
 
 
@@ -79,10 +80,13 @@ def release_originals(release: releases.Release) -> dict[str, str]:
 
 
 def added_files(design: Design, release: releases.Release) -> dict[str, bytes]:
-    """What the patch adds to a source tree (a git tree: the vendored package and the
-    fork's test), as patch.py computes it."""
-    target = tree.Target(Path("unused"), tree.Kind.GIT, release.version, release)
-    return patch._added_files(target, design)
+    """What the patch adds to a source tree (a git tree with setup.py: the vendored
+    package, the fork's test and, for the reset design, the seed op's source), as
+    patch.py computes it."""
+    with tempfile.TemporaryDirectory() as root:
+        (Path(root) / "setup.py").write_text("")
+        target = tree.Target(Path(root), tree.Kind.GIT, release.version, release)
+        return patch._added_files(target, design)
 
 
 @pytest.mark.parametrize("design", list(Design), ids=str)

@@ -33,8 +33,8 @@ def release_tree(root: Path, release: releases.Release, version: str | None = No
 def test_release_files_come_from_the_wheel_but_setup_py(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The wheel holds the package and its dist-info; only the rest (setup.py) is read
-    from the sdist, which has no dist-info."""
+    """The wheel holds the package and its dist-info; only the rest (setup.py,
+    CMakeLists.txt) is read from the sdist, which has no dist-info."""
     monkeypatch.setenv("SR_PREFETCH_CACHE", str(tmp_path))
     asked: dict[str, list[str]] = {}
 
@@ -49,10 +49,11 @@ def test_release_files_come_from_the_wheel_but_setup_py(
     monkeypatch.setattr(sdist, "read_members", members("sdist"))
     monkeypatch.setattr(sdist, "fetch", lambda version: tmp_path / "sdist.tar.gz")
     dist = "vllm-0.26.0.dist-info"
-    paths = ("vllm/__init__.py", f"{dist}/METADATA", f"{dist}/WHEEL", "setup.py")
+    build = ("setup.py", "CMakeLists.txt")
+    paths = ("vllm/__init__.py", f"{dist}/METADATA", f"{dist}/WHEEL", *build)
     files = tree.release_files(releases.get("0.26.0"), paths)
-    assert asked == {"wheel": list(paths[:3]), "sdist": ["setup.py"]}
-    assert files == {**dict.fromkeys(paths[:3], b"wheel"), "setup.py": b"sdist"}
+    assert asked == {"wheel": list(paths[:3]), "sdist": list(build)}
+    assert files == {**dict.fromkeys(paths[:3], b"wheel"), **dict.fromkeys(build, b"sdist")}
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -80,7 +81,8 @@ def test_check_apply_revert_on_every_release(
     for file_ops in patch.operations(design, tree.resolve(root)):
         text = (root / file_ops.path).read_text()
         assert hashlib.sha256(text.encode()).hexdigest() != before[file_ops.path]
-        compile(text, file_ops.path, "exec")
+        if file_ops.path.endswith(".py"):
+            compile(text, file_ops.path, "exec")
     status, out = run(capsys, "status", root)
     assert status == 0 and f"Design applied: {design}" in out, out
 

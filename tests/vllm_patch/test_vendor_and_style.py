@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from vllm_patch import releases, vendor
+from vllm_patch import releases, sdist, vendor
 from vllm_patch.releases import Design
-from vllm_patch.syntax import LANDING_DIR
+from vllm_patch.syntax import LANDING_DIR, landing
+from vllm_patch.targets import cmake_lists
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -87,17 +88,36 @@ def test_each_design_vendors_its_closure_and_nothing_else(design: Design) -> Non
         if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module
     }
     assert imported == set(modules) - {"__init__.py"}
-    sources = {p for p in vendor.vendored_files(design) if p.endswith(".cu")}
-    expected = (
-        {f"{vendor.VENDORED_PACKAGE}/csrc/stock_seeds.cu"} if design is Design.RESET else set()
-    )
-    assert sources == expected
+    # No CUDA source: a source tree builds the seed op with its CMake, from csrc/.
+    assert all(path.endswith(".py") for path in vendor.vendored_files(design))
+
+
+def test_vllms_seed_kernel_loads_vllms_extension_and_compiles_nothing() -> None:
+    """runner_hooks' seed_kernel.py compiles the op on first use; the vendored one is
+    landing/vendored_seed_kernel.py, which imports vllm._mamba_sr_C and calls the op
+    through _custom_ops, with the names reset.py imports from it."""
+    text = vendored_modules(Design.RESET)["seed_kernel.py"]
+    assert text == vendor.vendor_module(landing(vendor.LANDED["seed_kernel.py"]), "x")
+    assert "cpp_extension" not in text and "__file__" not in text  # nothing to compile
+    assert "import vllm._mamba_sr_C" in text and "_custom_ops.mamba_sr_stock_seeds" in text
+    defined = {
+        node.name
+        for node in ast.parse(text).body
+        if isinstance(node, ast.ClassDef | ast.FunctionDef)
+    }
+    imported = {
+        alias.name
+        for node in ast.walk(ast.parse(vendored_modules(Design.RESET)["reset.py"]))
+        if isinstance(node, ast.ImportFrom) and node.module == "seed_kernel"
+        for alias in node.names
+    }
+    assert imported and imported <= defined
 
 
 def test_a_module_is_vendored_once_the_unit_imports_it(tmp_path: Path) -> None:
     source = tmp_path / "runner_hooks"
     shutil.copytree(vendor.source_dir(), source, ignore=shutil.ignore_patterns("__pycache__"))
-    (source / "core" / "newcomer.py").write_text(HEADER + 'X = "extra.cu"  # loads csrc/extra.cu\n')
+    (source / "core" / "newcomer.py").write_text(HEADER + 'X = "extra.cu"  # names csrc/extra.cu\n')
     (source / "core" / "csrc" / "extra.cu").write_text("// verbatim\n")
     before = vendor.vendored_files(Design.RESET, source)
     assert not any("newcomer" in path or "extra.cu" in path for path in before)
@@ -108,7 +128,7 @@ def test_a_module_is_vendored_once_the_unit_imports_it(tmp_path: Path) -> None:
     reset.write_text(reset.read_text().replace("from . import newcomer", "from .newcomer import X"))
     after = vendor.vendored_files(Design.RESET, source)
     assert f"{vendor.VENDORED_PACKAGE}/newcomer.py" in after
-    assert after[f"{vendor.VENDORED_PACKAGE}/csrc/extra.cu"] == b"// verbatim\n"
+    assert not any(path.endswith(".cu") for path in after)  # a source it names is not vendored
 
 
 def test_a_file_naming_anything_outside_vllm_is_refused(tmp_path: Path) -> None:
@@ -149,22 +169,41 @@ def shipped(package: str, relative: str) -> bool:
     return any(fnmatch.fnmatch(relative, glob) for glob in package_data().get(package, []))
 
 
-def test_the_cuda_sources_ship_as_package_data_and_are_vendored() -> None:
+def test_the_cuda_sources_ship_as_package_data_and_land_in_csrc() -> None:
     csrc = vendor.source_dir() / "core" / "csrc"
-    sources = sorted(path.name for path in csrc.iterdir())
-    assert sources, "runner_hooks.core has no CUDA sources"
-    vendored = vendor.vendored_files(Design.RESET)
+    sources = sorted(
+        path.relative_to(csrc).as_posix() for path in csrc.rglob("*") if path.is_file()
+    )
+    assert sources == ["core/registration.h", "stock_seeds.cu"]
     for name in sources:
-        # A wheel of runner_hooks carries them: the kernel drawer compiles them on first use ...
+        # A wheel of runner_hooks carries them: the kernel drawer and build-op compile them.
         assert shipped("runner_hooks.core", f"csrc/{name}"), name
-        # ... and the vendored copy has them beside its modules, as runner_hooks.core does.
-        assert f"{vendor.VENDORED_PACKAGE}/csrc/{name}" in vendored, name
+    # A source tree gets the op's source as csrc/mamba/stock_seeds.cu, byte for byte.
+    assert cmake_lists.source_bytes() == (csrc / "stock_seeds.cu").read_bytes()
+    text = cmake_lists.source_bytes().decode()
+    assert not [name for name in vendor.FOREIGN_NAMES if name in text]
+    assert "SR_SEED_OP_NAMESPACE" not in text
+
+
+def test_the_registration_header_is_vllms_own() -> None:
+    """runner_hooks' builds include vLLM's csrc/core/registration.h, a verbatim copy of the
+    newest release's (from its sdist); every release has one that defines the two macros."""
+    copy = (vendor.source_dir() / "core" / "csrc" / "core" / "registration.h").read_bytes()
+    for release in releases.RELEASES:
+        if not sdist.cached(release.version):
+            pytest.fail(f"vLLM {release.version}'s sdist is not cached: run .ci/install-checks.sh")
+        (header,) = sdist.read_members(release.version, ["csrc/core/registration.h"]).values()
+        if release is releases.NEWEST:
+            assert header == copy
+        for macro in ("TORCH_LIBRARY_EXPAND(NAME, MODULE)", "REGISTER_EXTENSION(NAME)"):
+            assert f"#define {macro}".encode() in header, (release.version, macro)
 
 
 def test_sr_prefetch_ships_the_landing_code_and_the_release_table() -> None:
     package = REPO / "vllm_patch"
     read_at_run_time = [
         *sorted(LANDING_DIR.glob("*.py")),
+        *sorted(LANDING_DIR.glob("*.cmake")),
         Path(releases.__file__).with_name("pristine_sha256.json"),
     ]
     for path in read_at_run_time:

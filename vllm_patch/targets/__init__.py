@@ -2,10 +2,11 @@
 
 Each module finds its sites by structure (see syntax.py) and takes the code that
 lands from landing/.  `file_operations` gathers a design's operations for one
-release: the reset design hooks the model runners; the forward-context design
-changes envs.py, ssu_dispatch.py and the Triton kernels' wrappers and their
-ReplaySSM call only.  Where the tree has setup.py (a source tree) and the vendored
-package has CUDA sources, setup.py lists them as package data.
+release: the reset design hooks the model runners and wraps the seed op in
+_custom_ops.py; the forward-context design changes envs.py, ssu_dispatch.py and
+the Triton kernels' wrappers and their ReplaySSM call only.  Where the tree has
+setup.py (a source tree, with CMakeLists.txt), the reset design builds the seed op
+there, as the _mamba_sr_C extension (CMakeLists.txt, setup.py).
 """
 
 from __future__ import annotations
@@ -13,11 +14,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from .. import vendor
 from ..releases import FILES_SINCE, RELEASES, SITES_SINCE, Design, Release, Site, get
 from ..syntax import FileOperations, SiteError, Source
 from ..tree import TreeError
 from . import (
+    cmake_lists,
+    custom_ops,
     envs,
     mamba_mixer2,
     mamba_ssm,
@@ -35,9 +37,11 @@ PATHS: tuple[str, ...] = (
     mamba_ssm.PATH,
     replayssm_triton.PATH,
     mamba_mixer2.PATH,
+    custom_ops.PATH,
     v1_runner.PATH,
     v2_runner.PATH,
     v2_cudagraph.PATH,
+    cmake_lists.PATH,
     setup_py.PATH,
 )
 """Every file either design changes in some release, as paths from the tree's root."""
@@ -51,8 +55,8 @@ def paths(release: Release) -> tuple[str, ...]:
 def file_operations(
     design: Design, release: Release, *, setup_py_present: bool
 ) -> tuple[FileOperations, ...]:
-    """The operations of `design` on `release`'s files, file by file; setup.py's where
-    the tree has one (`setup_py_present`)."""
+    """The operations of `design` on `release`'s files, file by file; CMakeLists.txt's and
+    setup.py's where the tree has setup.py (`setup_py_present`: a source tree)."""
     files = [
         envs.operations(design),
         ssu_dispatch.operations(design),
@@ -63,12 +67,13 @@ def file_operations(
         files += [mamba_mixer2.operations(design), replayssm_triton.operations(design)]
     if design is Design.RESET:
         files += [
+            custom_ops.operations(),
             v1_runner.operations(release),
             v2_runner.operations(release),
             v2_cudagraph.operations(release),
         ]
-    if setup_py_present and setup_py.needed(vendor.vendored_files(design)):
-        files.append(setup_py.operations())
+        if setup_py_present:
+            files += [cmake_lists.operations(), setup_py.operations()]
     return tuple(files)
 
 

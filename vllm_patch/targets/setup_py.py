@@ -1,77 +1,36 @@
-"""setup.py: the vendored CUDA source listed in `package_data["vllm"]`, so a fork's wheel has it.
+"""setup.py: the seed op's extension, `vllm._mamba_sr_C`, among those a CUDA build makes.
 
-vLLM ships the sources it compiles on first use by pattern there (the hf3fs
-utils' `*.cpp`); the pattern (landing/setup_package_data.py) goes after that
-one, or last where a release has none.  Only a source tree has setup.py; an
-installed vLLM already holds the vendored source, where its JIT build or
-`sr-prefetch build-op` finds it.
+setup.py lists the CMake targets its build runs and installs (`ext_modules`,
+each a `CMakeExtension`); the CUDA-only ones are appended in the module-level
+`if _is_cuda():` block (FlashAttention's, FlashMLA's, DeepGEMM's), and the
+seed op's goes last there (landing/setup_mamba_sr_extension.py), as the CMake
+target it names exists for CUDA only (targets/cmake_lists.py).  Not in the
+`_is_cuda() or _is_hip()` block that appends `_moe_C` or
+`_moe_C_stable_libtorch`: a ROCm build would ask CMake for a target it has
+not.  Only a source tree has setup.py; an installed vLLM gets the extension
+from `sr-prefetch build-op`.
 """
 
 from __future__ import annotations
 
 import ast
-import fnmatch
-from collections.abc import Iterable
-from dataclasses import dataclass
 
-from ..syntax import FileOperations, Find, InsertStatements, SiteError, Source, landing, parse
-from ..vendor import VENDORED_PACKAGE
+from ..syntax import FileOperations, Find, InsertStatements, landing, same_syntax
+from .cmake_lists import EXTENSION
 
 PATH = "setup.py"
-ANCHOR = "distributed/kv_transfer/kv_connector/v1/hf3fs/utils/*.cpp"
-CUDA_SOURCES = f"{VENDORED_PACKAGE}/csrc/*.cu"
-"""The vendored files that a wheel must carry: the edit is made only where there are some."""
+CODE = landing("setup_mamba_sr_extension.py")
+MODULE = f"vllm.{EXTENSION}"
 
 
-def needed(vendored: Iterable[str]) -> bool:
-    """Whether the vendored files (tree-relative paths) include CUDA sources."""
-    return any(fnmatch.fnmatchcase(path, CUDA_SOURCES) for path in vendored)
+def _is_cuda_block(node: ast.AST) -> bool:
+    """The module-level `if _is_cuda():` (no `or _is_hip()`)."""
+    return isinstance(node, ast.If) and same_syntax("_is_cuda()")(node.test)
 
 
-def vllm_patterns(tree: ast.Module) -> ast.List:
-    """The list of the module-level `package_data = {"vllm": [...]}` assignment."""
-    for node in tree.body:
-        if (
-            isinstance(node, ast.Assign)
-            and [ast.unparse(t) for t in node.targets] == ["package_data"]
-            and isinstance(node.value, ast.Dict)
-        ):
-            for key, value in zip(node.value.keys, node.value.values, strict=True):
-                if (
-                    isinstance(key, ast.Constant)
-                    and key.value == "vllm"
-                    and isinstance(value, ast.List)
-                ):
-                    return value
-    raise SiteError('no `package_data = {"vllm": [...]}` assignment at module level')
-
-
-@dataclass(frozen=True)
-class AnchorPattern(Find):
-    """The hf3fs pattern of `package_data["vllm"]`, or its last one the patch did not add."""
-
-    def node(self, source: Source) -> ast.AST:
-        ours = {_pattern()}
-        elements = [
-            e
-            for e in vllm_patterns(source.tree).elts
-            if not (isinstance(e, ast.Constant) and e.value in ours)
-        ]
-        if not elements:
-            raise SiteError('`package_data["vllm"]` is empty')
-        return next(
-            (e for e in elements if isinstance(e, ast.Constant) and e.value == ANCHOR),
-            elements[-1],
-        )
-
-
-def _pattern() -> str:
-    """The pattern the landing fragment adds."""
-    expression = parse(landing("setup_package_data.py")).body[0]
-    assert isinstance(expression, ast.Expr) and isinstance(expression.value, ast.Tuple)
-    element = expression.value.elts[0]
-    assert isinstance(element, ast.Constant) and isinstance(element.value, str)
-    return element.value
+def _ours(node: ast.AST) -> bool:
+    """The statement the patch adds."""
+    return isinstance(node, ast.Expr) and same_syntax(CODE)(node.value)
 
 
 def operations() -> FileOperations:
@@ -79,9 +38,16 @@ def operations() -> FileOperations:
         PATH,
         (
             InsertStatements(
-                why="ship the vendored CUDA source in vLLM's wheel (package_data)",
-                at=AnchorPattern("", 'pattern of `package_data["vllm"]`', lambda n: False),
-                code=landing("setup_package_data.py"),
+                why=f"CUDA builds build and install the seed op's extension, {MODULE}",
+                at=Find(
+                    "",
+                    "statement of the module-level `if _is_cuda():` block",
+                    lambda node: not _ours(node),
+                    within=_is_cuda_block,
+                    direct=True,
+                    pick="last",
+                ),
+                code=CODE,
             ),
         ),
     )

@@ -10,6 +10,16 @@
 // o + 4(N - 1): here the 4N offsets are reserved at once and thread k computes
 // the draw at o + 4k. Under graph capture, philox_cuda_state gives the
 // graph-safe state, so each replay draws fresh values, as stock's do.
+//
+// A non-stable op (vLLM's _mamba_sr_C extension): it reads the default CUDA
+// generator's Philox state, which torch's stable ABI offers from torch 2.16
+// (torch::stable::Generator::philox_state(increment) and
+// get_default_generator(device), torch/csrc/stable/generator_inl.h, under
+// TORCH_VERSION_2_16_0). With them the op moves into _C_stable_libtorch
+// (csrc/libtorch_stable/, STABLE_TORCH_LIBRARY): only the host function's
+// generator lines and the registration below change.
+
+#include "core/registration.h"
 
 #include <ATen/core/Tensor.h>
 #include <ATen/core/TransformationHelper.h>
@@ -19,6 +29,7 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <curand_kernel.h>
+#include <torch/all.h>
 #include <torch/library.h>
 
 #include <cstdint>
@@ -78,13 +89,9 @@ void stock_seeds(const at::Tensor& out) {
 
 }  // namespace
 
-// The namespace comes from the build (seed_kernel.OP_NAMESPACE); one macro
-// level expands it before TORCH_LIBRARY pastes it.
-#ifndef SR_SEED_OP_NAMESPACE
-  #error "build with -DSR_SEED_OP_NAMESPACE=<namespace> (see seed_kernel.py)"
-#endif
-#define SR_SEED_TORCH_LIBRARY(ns, m) TORCH_LIBRARY(ns, m)
-
-SR_SEED_TORCH_LIBRARY(SR_SEED_OP_NAMESPACE, m) {
-  m.def("stock_seeds(Tensor(a!) out) -> ()", &stock_seeds);
+TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, m) {
+  m.def("stock_seeds(Tensor! out) -> ()");
+  m.impl("stock_seeds", torch::kCUDA, &stock_seeds);
 }
+
+REGISTER_EXTENSION(TORCH_EXTENSION_NAME)
