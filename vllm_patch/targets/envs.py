@@ -1,7 +1,11 @@
-"""vllm/envs.py: the variables a design reads, declared for type checkers and defined.
+"""vllm/envs.py: the variables a design reads, declared for type checkers, defined, and
+kept out of the compile cache hash.
 
-landing/envs.py holds both, shaped as envs.py is; each design takes the
-variables it reads from there.
+landing/envs.py holds all three, shaped as envs.py is; each design takes the
+variables it reads from there.  The variable only decides, at run time, where the
+SSU's seeds are drawn (inside the mamba_mixer2 custom op and the model runners, which
+torch.compile does not trace), so it joins compile_factors' `ignored_factors`:
+turning it on or off keeps the compile cache.
 """
 
 from __future__ import annotations
@@ -65,6 +69,52 @@ class LastDefinition(Find):
         return entries[-1]
 
 
+def _ignored_factors(node: ast.AST) -> bool:
+    """Whether `node` is compile_factors' `ignored_factors: set[str] = {...}`."""
+    return (
+        isinstance(node, ast.AnnAssign)
+        and ast.unparse(node.target) == "ignored_factors"
+        and isinstance(node.value, ast.Set)
+    )
+
+
+@dataclass(frozen=True)
+class LastIgnoredFactor(Find):
+    """The last element of compile_factors' `ignored_factors` set that the patch did not
+    add."""
+
+    def node(self, source: Source) -> ast.AST:
+        table = Find("compile_factors", "`ignored_factors` set", _ignored_factors).node(source)
+        assert isinstance(table, ast.AnnAssign) and isinstance(table.value, ast.Set)
+        elements = [
+            element
+            for element in table.value.elts
+            if not (isinstance(element, ast.Constant) and _is_ours(str(element.value)))
+        ]
+        if not elements:
+            raise SiteError("compile_factors: the `ignored_factors` set is empty")
+        return elements[-1]
+
+
+def _landing_ignored(names: tuple[str, ...]) -> str:
+    """The entries of `names` in landing/envs.py's `ignored_factors`, each with the
+    comment lines above it."""
+    text = landing("envs.py")
+    source = Source(text, "landing/envs.py")
+    lines = text.splitlines(keepends=True)
+    table = Find("compile_factors", "`ignored_factors` set", _ignored_factors).node(source)
+    assert isinstance(table, ast.AnnAssign) and isinstance(table.value, ast.Set)
+    entries = []
+    previous_end = table.lineno
+    for element in table.value.elts:
+        assert isinstance(element, ast.Constant) and element.end_lineno is not None
+        entry = "".join(lines[previous_end : element.end_lineno])
+        previous_end = element.end_lineno
+        if element.value in names:
+            entries.append(entry)
+    return textwrap.dedent("".join(entries))
+
+
 def _landing_parts(names: tuple[str, ...]) -> tuple[str, str]:
     """The declarations and the definitions of `names`, from landing/envs.py."""
     text = landing("envs.py")
@@ -105,7 +155,7 @@ def operations(design: Design) -> FileOperations:
         PATH,
         (
             InsertStatements(
-                why="declare the env vars for type checkers",
+                why="declare the variable for type checkers",
                 at=Find(
                     "",
                     "declaration in the `if TYPE_CHECKING:` block",
@@ -116,9 +166,17 @@ def operations(design: Design) -> FileOperations:
                 code=declarations,
             ),
             InsertStatements(
-                why="define the env vars, part of the compile cache hash",
+                why="define it (default 0)",
                 at=LastDefinition("", "entry of `environment_variables`", lambda n: False),
                 code=definitions,
+            ),
+            InsertStatements(
+                why="compile_factors leaves it out of the compile cache hash: it "
+                "changes nothing torch.compile traces, so toggling it keeps the cache",
+                at=LastIgnoredFactor(
+                    "compile_factors", "element of `ignored_factors`", lambda n: False
+                ),
+                code=_landing_ignored(VARIABLES[design]),
             ),
         ),
     )
