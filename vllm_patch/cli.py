@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
 
-from . import journal, patch, releases, targets, tree, vendor
+from . import designs, journal, patch, releases, targets, tree, vendor
 from .designs import DESIGNS, commit_message
 from .releases import RELEASES, Design, Site
 from .vendor import VendorError
@@ -321,7 +321,8 @@ def _export(args: argparse.Namespace) -> int:
     print(
         f"Wrote the {args.design} design as a patch against vLLM v{release.version} to "
         f"{written}; apply it in the fork with: git am --keep-non-patch {name}\n"
-        "(--keep-non-patch keeps the [Mamba] tag of the subject)",
+        f"(--keep-non-patch keeps the {designs.subject_tag(args.design)} tag of the subject; "
+        "plain git am drops it)",
         file=note,
     )
     if identity is None:

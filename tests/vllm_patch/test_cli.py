@@ -198,14 +198,18 @@ def test_export_applies_with_git_am_and_gives_the_same_files(
     status, out = run(capsys, "export", "--design", design, "-o", mail)
     assert status == 0, out
     assert f"against vLLM v{NEWEST.version}" in out and "git am --keep-non-patch" in out
-    assert "Subject: [PATCH] [Mamba] Draw a forward" in mail.read_text()
+    assert "keeps the [Perf] tag" in out
+    assert "Subject: [PATCH] [Perf] Draw a forward's Mamba" in mail.read_text()
 
     fresh = small_tree
     git(fresh, "-c", "user.name=t", "-c", "user.email=t@t", "am", "-q", "--keep-non-patch", mail)
     assert git(fresh, "status", "--porcelain", "-uall") == ""
-    assert git(fresh, "log", "-1", "--format=%s") == designs.SUBJECT + "\n"
     # The message is the release's and the design's, built from what the commit holds.
     added = git(fresh, "diff", "--name-only", "--diff-filter=A", "HEAD~1").split()
+    subject = designs.subject({path: b"" for path in added})
+    assert (
+        subject.startswith("[Perf] ") and git(fresh, "log", "-1", "--format=%s") == subject + "\n"
+    )
     originals = {
         fo.path: (pristine / fo.path).read_text()
         for fo in patch.operations(design, tree.resolve(pristine))
@@ -238,7 +242,7 @@ def test_export_to_stdout_writes_the_patch_there_and_no_file(
     monkeypatch.chdir(tmp_path)
     assert cli.main(["export", "-o", "-"]) == 0
     captured = capsys.readouterr()
-    assert captured.out.startswith("From ") and "Subject: [PATCH] [Mamba]" in captured.out
+    assert captured.out.startswith("From ") and "Subject: [PATCH] [Perf]" in captured.out
     assert "git am --keep-non-patch" in captured.err  # the note goes beside the patch
     assert not (tmp_path / "-").exists()
 
