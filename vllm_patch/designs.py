@@ -349,8 +349,8 @@ def _validation(facts: _Facts) -> list[str]:
     reset = facts.design is Design.RESET
     paragraphs = [
         "Identity with stock, {where} and the same model: each arm (stock, stock again, this "
-        "change, and a control given one wrong seed) a vLLM LLM in a process of its "
-        "own, stepped one engine step at a time through the same workload of {steps} "
+        "change, and a control given one wrong seed) ran as a vLLM LLM in a process of "
+        "its own, stepped one engine step at a time through the same workload of {steps} "
         "steps ({decode_steps} with decodes), with Inductor's deterministic mode and "
         "torch's deterministic algorithms; a pytest over the engines' records then "
         "compares the fp16 SSM state of every Mamba-2 layer after every step, the "
@@ -480,8 +480,8 @@ def _gating(facts: _Facts) -> list[str]:
         "bit-identical to stock's, and the engines above matched stock step by step in "
         "every Mamba-2 layer's SSM state, token ids and logprobs, so turning it on by "
         "default would change no output. But the evidence covers one GPU, random "
-        "weights, vLLM 0.26.0 and 0.20.0, and the FlashInfer SSU only; not "
-        f"{_joined(untested, 'nor')}. Opt-in lets the users of those configurations "
+        "weights, vLLM 0.26.0 and 0.20.0, and the FlashInfer SSU only; it does not "
+        f"cover {_joined(untested, 'or')}. Opt-in lets the users of those configurations "
         "compare before it is everyone's default.",
         "The variable is left out of the compile cache hash: it decides at run time "
         "where the seeds are drawn, inside the Mamba mixer's custom op and the model "
@@ -493,7 +493,7 @@ def _gating(facts: _Facts) -> list[str]:
 
 
 def _joined(items: list[str], conjunction: str) -> str:
-    """ "a, b and c" (or "nor")."""
+    """The items as "a, b and c" (or "or")."""
     return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} {conjunction} {items[-1]}"
 
 
