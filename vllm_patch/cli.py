@@ -16,7 +16,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from . import build_op, journal, patch, releases, targets, tree
+from . import build_op, designs, journal, patch, releases, targets, tree
 from .designs import DESIGNS, commit_message
 from .releases import RELEASES, Design, Site
 from .vendor import VendorError
@@ -133,6 +133,16 @@ def _parser() -> argparse.ArgumentParser:
     base_option(export, "the release to write the patch against (default: the newest)")
     export.add_argument(
         "-o", "--output", type=Path, required=True, metavar="FILE", help="the file, or - for stdout"
+    )
+    export.add_argument(
+        "--signoff",
+        action="store_true",
+        help="end the message with 'Signed-off-by: NAME <EMAIL>' (vLLM's DCO check), NAME "
+        "and EMAIL being your git identity as git resolves it in the current directory "
+        "(GIT_AUTHOR_NAME/GIT_AUTHOR_EMAIL, else user.name/user.email); refused, writing "
+        "nothing, where git has none configured. With or without it, the patch's author is "
+        f"that identity; only without --signoff and with none configured is it "
+        f"{tree.OWN_IDENTITY}",
     )
     export.set_defaults(run=_export)
 
@@ -280,6 +290,9 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
+    identity = tree.user_identity()
+    if identity is None and args.signoff:
+        raise tree.TreeError(tree.NO_IDENTITY)
     release = releases.get(args.base) if args.base else releases.NEWEST
     pristine = tree.pristine_tree(release)
     workdir = Path(tempfile.mkdtemp(prefix="sr-prefetch-export-"))
@@ -293,7 +306,7 @@ def _export(args: argparse.Namespace) -> int:
         _, reports = patch.apply(target, args.design)
         added = {r.path: (clone / r.path).read_bytes() for r in reports if r.state == "added"}
         message = commit_message(args.design, release, originals, added)
-        tree.commit_all(clone, message)
+        tree.commit_all(clone, message, identity, signoff=args.signoff)
         mail = tree.format_patch(clone)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
@@ -307,9 +320,17 @@ def _export(args: argparse.Namespace) -> int:
     print(
         f"Wrote the {args.design} design as a patch against vLLM v{release.version} to "
         f"{written}; apply it in the fork with: git am --keep-non-patch {name}\n"
-        "(--keep-non-patch keeps the [Mamba] tag of the subject)",
+        f"(--keep-non-patch keeps the {designs.subject_tag(args.design)} tag of the subject; "
+        "plain git am drops it)",
         file=note,
     )
+    if identity is None:
+        print(
+            f"Note: git has no identity configured here, so the patch's author is "
+            f"{tree.OWN_IDENTITY}; set yours with git config --global user.name/user.email "
+            "(git am keeps the patch's author).",
+            file=note,
+        )
     return 0
 
 

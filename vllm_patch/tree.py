@@ -257,10 +257,14 @@ def clone(source: Path, destination: Path) -> Path:
     return destination
 
 
-def commit_all(root: Path, message: str) -> None:
-    """Commits every change in the work tree at `root` with `message`."""
+def commit_all(
+    root: Path, message: str, identity: Identity | None = None, *, signoff: bool = False
+) -> None:
+    """Commits every change in the work tree at `root` with `message`, authored and
+    committed by `identity` (None: GIT_IDENTITY's), with its `Signed-off-by:` trailer
+    where `signoff`."""
     _git(root, "add", "--all")
-    _commit(root, message)
+    _commit(root, message, identity, signoff=signoff)
 
 
 def format_patch(root: Path) -> str:
@@ -268,34 +272,91 @@ def format_patch(root: Path) -> str:
     return _git(root, "format-patch", "-1", "--stdout", "HEAD") or ""
 
 
+@dataclass(frozen=True)
+class Identity:
+    """A git identity, as commits and `Signed-off-by:` trailers write it."""
+
+    name: str
+    email: str
+
+    def __str__(self) -> str:
+        return f"{self.name} <{self.email}>"
+
+
+OWN_IDENTITY = Identity("sr-prefetch", "sr-prefetch@localhost")
+"""The identity of sr-prefetch's own commits (the pristine trees), and of an exported
+patch where git has none configured."""
+
 GIT_IDENTITY = (
     "-c",
-    "user.name=sr-prefetch",
+    f"user.name={OWN_IDENTITY.name}",
     "-c",
-    "user.email=sr-prefetch@localhost",
+    f"user.email={OWN_IDENTITY.email}",
     "-c",
     "commit.gpgsign=false",
 )
 """git options that let sr-prefetch commit in a tree whatever the user's git config."""
 
+_IDENT = re.compile(r"^(?P<name>.*) <(?P<email>[^<>]*)> \d+ [+-]\d{4}$")
 
-def _commit(root: Path, message: str) -> None:
+NO_IDENTITY = (
+    "git has no identity configured here to sign off with: set one with "
+    "git config --global user.name 'Your Name' and "
+    "git config --global user.email you@example.com "
+    "(or GIT_AUTHOR_NAME and GIT_AUTHOR_EMAIL); nothing was written"
+)
+"""Why `export --signoff` refuses without an identity (one line)."""
+
+
+def user_identity(cwd: Path | None = None) -> Identity | None:
+    """The author identity git resolves in `cwd` (default: the current directory), as
+    `git var GIT_AUTHOR_IDENT` gives it: GIT_AUTHOR_NAME and GIT_AUTHOR_EMAIL, else
+    user.name and user.email of the configuration there (the repository's, the global,
+    the system's).  None where git has none configured: an identity git would only
+    guess from the user and host names (user.useConfigOnly) is not taken, nor is one
+    git is missing to tell."""
+    out = _git(
+        cwd or Path.cwd(), "-c", "user.useConfigOnly=true", "var", "GIT_AUTHOR_IDENT", check=False
+    )
+    match = _IDENT.match((out or "").strip())
+    if match is None or not match["name"].strip() or not match["email"].strip():
+        return None
+    return Identity(match["name"].strip(), match["email"].strip())
+
+
+def _commit(
+    root: Path, message: str, identity: Identity | None = None, *, signoff: bool = False
+) -> None:
+    who = identity or OWN_IDENTITY
+    # The environment, not `-c user.*`: GIT_AUTHOR_* and GIT_COMMITTER_* set by the
+    # user would override the configuration, and the trailer is the committer's.
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": who.name,
+        "GIT_AUTHOR_EMAIL": who.email,
+        "GIT_COMMITTER_NAME": who.name,
+        "GIT_COMMITTER_EMAIL": who.email,
+    }
     _git(
         root,
         *GIT_IDENTITY,
         "commit",
         "--quiet",
         "--no-verify",
+        *(["--signoff"] if signoff else []),
         "--message",
         message,
+        env=env,
     )
 
 
-def _git(root: Path, *args: str, check: bool = True) -> str | None:
+def _git(
+    root: Path, *args: str, check: bool = True, env: dict[str, str] | None = None
+) -> str | None:
     """git's stdout, or None (with check=False) when it fails or is missing."""
     try:
         result = subprocess.run(
-            ["git", *args], cwd=root, capture_output=True, text=True, check=False
+            ["git", *args], cwd=root, capture_output=True, text=True, check=False, env=env
         )
     except FileNotFoundError:
         if check:

@@ -204,14 +204,18 @@ def test_export_applies_with_git_am_and_gives_the_same_files(
     status, out = run(capsys, "export", "--design", design, "-o", mail)
     assert status == 0, out
     assert f"against vLLM v{NEWEST.version}" in out and "git am --keep-non-patch" in out
-    assert "Subject: [PATCH] [Mamba] Draw a forward" in mail.read_text()
+    assert "keeps the [Perf] tag" in out
+    assert "Subject: [PATCH] [Perf] Draw a forward's Mamba" in mail.read_text()
 
     fresh = small_tree
     git(fresh, "-c", "user.name=t", "-c", "user.email=t@t", "am", "-q", "--keep-non-patch", mail)
     assert git(fresh, "status", "--porcelain", "-uall") == ""
-    assert git(fresh, "log", "-1", "--format=%s") == designs.SUBJECT + "\n"
     # The message is the release's and the design's, built from what the commit holds.
     added = git(fresh, "diff", "--name-only", "--diff-filter=A", "HEAD~1").split()
+    subject = designs.subject({path: b"" for path in added})
+    assert (
+        subject.startswith("[Perf] ") and git(fresh, "log", "-1", "--format=%s") == subject + "\n"
+    )
     originals = {
         fo.path: (pristine / fo.path).read_text()
         for fo in patch.operations(design, tree.resolve(pristine))
@@ -244,9 +248,159 @@ def test_export_to_stdout_writes_the_patch_there_and_no_file(
     monkeypatch.chdir(tmp_path)
     assert cli.main(["export", "-o", "-"]) == 0
     captured = capsys.readouterr()
-    assert captured.out.startswith("From ") and "Subject: [PATCH] [Mamba]" in captured.out
+    assert captured.out.startswith("From ") and "Subject: [PATCH] [Perf]" in captured.out
     assert "git am --keep-non-patch" in captured.err  # the note goes beside the patch
     assert not (tmp_path / "-").exists()
+
+
+# --- export's author and Signed-off-by --------------------------------------------------------
+
+
+@pytest.fixture
+def git_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A global git config of this test's own (empty), no system config, no identity in
+    the environment, and a current directory outside any repository: git resolves an
+    identity only from what the test writes there."""
+    home = tmp_path / "home"
+    home.mkdir()
+    config = home / ".gitconfig"
+    config.write_text("")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(config))
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    for name in ("NAME", "EMAIL"):
+        for who in ("AUTHOR", "COMMITTER"):
+            monkeypatch.delenv(f"GIT_{who}_{name}", raising=False)
+    monkeypatch.delenv("EMAIL", raising=False)
+    workdir = tmp_path / "cwd"
+    workdir.mkdir()
+    monkeypatch.chdir(workdir)
+    return config
+
+
+def set_identity(config: Path, name: str, email: str) -> None:
+    git(config.parent, "config", "--file", str(config), "user.name", name)
+    git(config.parent, "config", "--file", str(config), "user.email", email)
+
+
+def exported(mail: Path, into: Path) -> tuple[str, str]:
+    """The author and the whole message of the commit `git am` makes of `mail` in `into`."""
+    git(into, "-c", "user.name=t", "-c", "user.email=t@t", "am", "-q", "--keep-non-patch", mail)
+    return git(into, "log", "-1", "--format=%an <%ae>").strip(), git(
+        into, "log", "-1", "--format=%B"
+    )
+
+
+def test_export_signoff_signs_and_authors_with_the_configured_identity(
+    pristine: Path,
+    small_tree: Path,
+    cache: Path,
+    git_config: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    small_git_copy(pristine, cache / f"vllm-{NEWEST.version}")
+    set_identity(git_config, "Ada Reviewer", "ada@example.com")
+    mail = tmp_path / "signed.patch"
+    status, out = run(capsys, "export", "--signoff", "-o", mail)
+    assert status == 0, out
+    assert "From: Ada Reviewer <ada@example.com>" in mail.read_text()
+    author, message = exported(mail, small_tree)
+    assert author == "Ada Reviewer <ada@example.com>"
+    # The trailer closes the message, a paragraph of its own, once.
+    assert message.rstrip("\n").endswith("\n\nSigned-off-by: Ada Reviewer <ada@example.com>")
+    assert message.count("Signed-off-by:") == 1
+
+
+def test_export_without_signoff_is_authored_by_the_identity_and_unsigned(
+    pristine: Path,
+    small_tree: Path,
+    cache: Path,
+    git_config: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    small_git_copy(pristine, cache / f"vllm-{NEWEST.version}")
+    set_identity(git_config, "Ada Reviewer", "ada@example.com")
+    # GIT_AUTHOR_* wins over the configuration, as git resolves it.
+    monkeypatch.setenv("GIT_AUTHOR_NAME", "Bo Author")
+    monkeypatch.setenv("GIT_AUTHOR_EMAIL", "bo@example.com")
+    mail = tmp_path / "unsigned.patch"
+    status, out = run(capsys, "export", "-o", mail)
+    assert status == 0, out
+    assert "no identity configured" not in out
+    author, message = exported(mail, small_tree)
+    assert author == "Bo Author <bo@example.com>"
+    assert "Signed-off-by:" not in message
+
+
+def test_export_reads_the_identity_of_the_current_directory(
+    pristine: Path,
+    small_tree: Path,
+    cache: Path,
+    git_config: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A repository's own user.name/user.email, as git resolves them there."""
+    small_git_copy(pristine, cache / f"vllm-{NEWEST.version}")
+    set_identity(git_config, "Ada Reviewer", "ada@example.com")
+    fork = tmp_path / "fork"
+    fork.mkdir()
+    git(fork, "init", "-q")
+    git(fork, "config", "user.name", "Cy Forker")
+    git(fork, "config", "user.email", "cy@example.com")
+    monkeypatch.chdir(fork)
+    mail = tmp_path / "fork.patch"
+    assert run(capsys, "export", "--signoff", "-o", mail)[0] == 0
+    author, message = exported(mail, small_tree)
+    assert author == "Cy Forker <cy@example.com>"
+    assert "Signed-off-by: Cy Forker <cy@example.com>" in message
+
+
+def test_export_signoff_without_an_identity_refuses_and_writes_nothing(
+    cache: Path, git_config: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    mail = tmp_path / "out" / "signed.patch"
+    status = cli.main(["export", "--signoff", "-o", str(mail)])
+    captured = capsys.readouterr()
+    assert status == 1
+    assert captured.out == ""
+    (line,) = captured.err.splitlines()
+    assert "git config --global user.name" in line and "user.email" in line
+    assert "GIT_AUTHOR_NAME" in line and "nothing was written" in line
+    assert not mail.parent.exists()
+    assert list(cache.iterdir()) == []  # refused before fetching anything
+
+
+def test_export_without_an_identity_falls_back_to_its_own_and_says_so(
+    pristine: Path,
+    small_tree: Path,
+    cache: Path,
+    git_config: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    small_git_copy(pristine, cache / f"vllm-{NEWEST.version}")
+    mail = tmp_path / "anonymous.patch"
+    status, out = run(capsys, "export", "-o", mail)
+    assert status == 0, out
+    assert f"the patch's author is {tree.OWN_IDENTITY}" in out
+    author, message = exported(mail, small_tree)
+    assert author == str(tree.OWN_IDENTITY)
+    assert "Signed-off-by:" not in message
+
+
+def test_export_help_says_whose_identity_signs_and_authors(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit):
+        cli.main(["export", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--signoff" in text and "Signed-off-by" in text and "DCO" in text
+    assert str(tree.OWN_IDENTITY) in text
 
 
 def test_status_of_an_unpatched_tree_names_its_base_not_a_patch(

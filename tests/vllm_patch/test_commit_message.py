@@ -2,7 +2,12 @@
 release and both designs: each file it names is one the patch changes or adds (and each
 one the patch changes or adds is named), each environment variable it names is one the
 patched envs.py defines (and each one the patch adds is named), and each call site it
-names is one the patch hooks in that release (and each one hooked is named)."""
+names is one the patch hooks in that release (and each one hooked is named).
+
+And the message as a pull-request description: its subject and sections, every figure
+it quotes found in the committed results file it is read from, no name of this
+repository, no vLLM name in its prose that its derived lists do not confirm (also
+when the patch's files change), and test coverage only where the release can have it."""
 
 from __future__ import annotations
 
@@ -14,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from vllm_patch import designs, patch, releases, targets, tree
+from vllm_patch import designs, evidence, fork_test, patch, releases, syntax, targets, tree
 from vllm_patch.releases import RELEASES, Design, Site
 from vllm_patch.syntax import apply_all
 
@@ -95,7 +100,7 @@ def test_the_commit_message_claims_only_what_the_edits_do(version: str, design: 
     release = releases.get(version)
     originals, added = release_originals(release), added_files(design, release)
     message = designs.commit_message(design, release, originals, added)
-    assert message.startswith(designs.SUBJECT + "\n\n")
+    assert message.startswith(designs.subject(added) + "\n\n")
     # 72 columns, but for a path too long to fit (which is not broken).
     assert all(len(line) <= 72 or len(line.split()) <= 2 for line in message.splitlines())
     assert problems(message, release, design, originals, added) == []
@@ -133,3 +138,243 @@ def test_a_message_of_another_release_or_design_is_caught() -> None:
         originals,
         reset,
     ) == ["names VLLM_MAMBA_SR_SEED_NOT_A_VARIABLE, which envs.py does not define"]
+
+
+# --- the message as a pull-request description ------------------------------------------------
+
+SECTIONS = ("Overview", "Design", "Claims", "Validation", "Limitations")
+GATING = "Gating: opt-in, or on by default?"
+DERIVED_HEADS = ("Environment variable", "Changed:", "Call sites the model runners hook:", "Added:")
+
+EXTERNAL_NAMES = {
+    # torch's, CUDA's and vLLM's user-facing names, which no edit of the patch decides.
+    "torch.randint",
+    "torch.compile",
+    "torch.utils.cpp_extension",
+    "Generator::philox_state",
+    "get_default_generator",
+    "_C_stable_libtorch",
+    "FULL_AND_PIECEWISE",
+    "VLLM_MAMBA_SR_SEED_PREFETCH",
+}
+"""The names the prose may use without the derived lists (each checked elsewhere, or
+not vLLM's: the variable against envs.py, the rest torch's or a compile mode)."""
+
+NAME = re.compile(
+    r"(?<![\w/.-])(?:"
+    r"[\w./-]+\.(?:py|cu|txt|cmake)\b"  # a file
+    r"|[A-Za-z_]\w*(?:(?:\.|::)[A-Za-z_]\w*)+"  # a dotted or C++ name
+    r"|\w*_\w*"  # snake_case, _private
+    r"|[A-Z][a-z0-9]+[A-Z]\w*"  # CamelCase
+    r")"
+)
+PRODUCT_NAMES = {"FlashInfer", "ReplaySSM", "MoE"}
+"""Names of products and features, not of code."""
+
+
+def prose_and_derived(message: str) -> tuple[str, str]:
+    """The hand-written part of a message (its subject and sections) and the derived
+    lists that follow it."""
+    start = min(message.index("\n\n" + head) for head in DERIVED_HEADS if "\n\n" + head in message)
+    return message[:start], message[start:]
+
+
+def prose_names(message: str) -> set[str]:
+    prose, _ = prose_and_derived(message)
+    return {
+        name.rstrip(".")
+        for name in NAME.findall(" ".join(prose.split()))
+        if not any(c.isdigit() for c in name.split(".")[0][:1])
+    } - PRODUCT_NAMES
+
+
+def unconfirmed_names(message: str) -> list[str]:
+    """The names in the prose that neither the derived lists nor EXTERNAL_NAMES give."""
+    _, derived = prose_and_derived(message)
+    derived = " ".join(derived.split())
+    return sorted(
+        name
+        for name in prose_names(message)
+        if name not in EXTERNAL_NAMES
+        and re.search(rf"(?<![\w/.]){re.escape(name)}(?!\w)", derived) is None
+    )
+
+
+def messages() -> list[tuple[str, Design, str, dict[str, bytes]]]:
+    """(release, design, message, added) for the releases whose layouts differ: before
+    the Triton ReplaySSM, with it, and with FlashInfer's too."""
+    found = []
+    for version in ("0.20.0", "0.26.0", "0.27.0", "0.33.0"):
+        release = releases.get(version)
+        originals = release_originals(release)
+        for design in Design:
+            added = added_files(design, release)
+            message = designs.commit_message(design, release, originals, added)
+            found.append((version, design, message, added))
+    return found
+
+
+@pytest.fixture(scope="module")
+def described() -> list[tuple[str, Design, str, dict[str, bytes]]]:
+    return messages()
+
+
+def test_the_subject_has_a_vllm_tag_that_git_am_keeps_with_keep_non_patch(described) -> None:
+    for version, design, message, added in described:
+        subject = message.splitlines()[0]
+        assert subject == designs.subject(added)
+        assert subject.startswith("[Perf] ") and not subject.startswith("[Mamba]")
+        assert len(subject) <= 72, subject
+        assert designs.subject_tag(design) == "[Perf]"
+        kernel = any(path.endswith(".cu") for path in added)
+        assert subject.endswith("in one kernel") == kernel, (version, design)
+
+
+def test_the_sections_are_there_in_order(described) -> None:
+    for version, design, message, added in described:
+        lines = message.splitlines()
+        heads = [*SECTIONS, GATING]
+        if any(path.endswith(".cu") for path in added):
+            heads.append("Build")
+        positions = [lines.index(head) for head in heads]
+        assert positions == sorted(positions), (version, design)
+        assert all(lines[i - 1] == "" and lines[i + 1] == "" for i in positions)
+        assert lines.index("Changed:") > positions[-1] and "Added:" in lines
+
+
+def test_every_cited_results_file_exists_and_holds_every_figure_quoted() -> None:
+    for design in Design:
+        for name, figure in designs.figures(design).items():
+            assert figure.sources, name
+            texts = []
+            for source in figure.sources:
+                path = evidence.ROOT / source
+                assert path.is_file(), f"{name}: {source} is missing"
+                assert source.startswith(("bench/results/", "tests/gpu/results/")), source
+                texts.append(path.read_text(encoding="utf-8"))
+            for value in figure.values:
+                assert any(
+                    re.search(rf"(?<![\w.]){re.escape(value)}(?![\w]|\.\d)", text) for text in texts
+                ), f"{name}: {value} is in none of {figure.sources}"
+            # The figure is made of its values: a span of two, or the one value (a count
+            # added up over a log's sessions is their sum).
+            if "-" in figure.text:
+                assert tuple(figure.text.split("-")) == figure.values, name
+            elif figure.values != (figure.text,):
+                assert str(sum(int(v) for v in figure.values)) == figure.text, name
+
+
+def test_every_timing_and_count_in_the_message_is_a_figure_read_from_a_file(described) -> None:
+    for version, design, message, _ in described:
+        quoted = {str(figure) for figure in designs.figures(design).values()}
+        text = " ".join(message.split())
+        for timing in re.findall(r"(\d+(?:-\d+)?) (?:µs|s\b)", text):
+            assert timing in quoted, (version, design, timing)
+        for count in re.findall(r"(\d+(?:-\d+)?) (?:passed|skipped)", text):
+            assert count in quoted, (version, design, count)
+        # Every figure is used by the message that reads it... at least its timings.
+        for name, figure in designs.figures(design).items():
+            if name.endswith(("_saved", "_stock")):
+                assert str(figure) in text, (version, design, name)
+
+
+def test_a_figure_that_is_not_in_its_file_is_caught(tmp_path: Path, monkeypatch) -> None:
+    """The control: a results file that no longer holds a table or a count fails the
+    message, and a missing file is named."""
+    copy = tmp_path / "repo"
+    for source in {s for f in designs.figures(Design.RESET).values() for s in f.sources}:
+        (copy / source).parent.mkdir(parents=True, exist_ok=True)
+        (copy / source).write_text((evidence.ROOT / source).read_text())
+    monkeypatch.setattr(evidence, "ROOT", copy)
+    assert designs.figures(Design.RESET)  # the copy reads as the original
+    decode = copy / evidence.DECODE
+    decode.write_text(decode.read_text().replace("**v2, replay** (µs)", "**v2, replay**"))
+    with pytest.raises(evidence.EvidenceError, match="no table"):
+        designs.figures(Design.RESET)
+    decode.unlink()
+    with pytest.raises(evidence.EvidenceError, match=re.escape(evidence.DECODE)):
+        designs.figures(Design.RESET)
+
+
+def test_no_line_passes_72_columns_and_no_foreign_name_is_said(described) -> None:
+    for version, design, message, _ in described:
+        for line in message.splitlines():
+            assert len(line) <= 72 or len(line.split()) <= 2, (version, design, line)
+        lowered = message.lower()
+        for name in designs.FOREIGN_NAMES:
+            assert name.lower() not in lowered, (version, design, name)
+        assert "µs" in message and "H200" in message and "vLLM 0.26.0" in message
+
+
+def test_the_prose_names_only_what_the_derived_lists_confirm(described) -> None:
+    for version, design, message, _ in described:
+        assert unconfirmed_names(message) == [], (version, design)
+
+
+def test_the_name_check_catches_a_name_the_lists_do_not_give(described) -> None:
+    _, _, message, _ = described[0]
+    prose, derived = prose_and_derived(message)
+    made_up = prose + " The StockSeedPrefetcher in seed_relay.py calls hooks.forward." + derived
+    assert unconfirmed_names(made_up) == ["StockSeedPrefetcher", "hooks.forward", "seed_relay.py"]
+
+
+def replayssm_since() -> dict[str, str]:
+    """The release each ReplaySSM path of the added test arrived in, as the test's own
+    skip reasons say it ("... (added in 0.30.0)")."""
+    text = syntax.landing(fork_test.TEST)
+    found = dict(
+        re.findall(r"this vLLM has no (FlashInfer|Triton) ReplaySSM \(added in ([\d.]+)\)", text)
+    )
+    assert set(found) == {"FlashInfer", "Triton"}
+    return found
+
+
+def test_the_test_coverage_claimed_is_what_the_release_can_have(described) -> None:
+    since = replayssm_since()
+    for version, design, message, _ in described:
+        release = releases.get(version)
+        text = " ".join(message.split())
+        has = {path: release.key >= releases.get(v).key for path, v in since.items()}
+        assert ("FlashInfer's ReplaySSM call" in text) == has["FlashInfer"], (version, design)
+        assert ("Triton ReplaySSM kernel's wrapper" in text) == has["Triton"], (version, design)
+        if not any(has.values()):
+            assert f"vLLM {version} has no ReplaySSM" in text
+            # ... nor is a ReplaySSM case named as a reason to wait for.
+            prose = " ".join(prose_and_derived(message)[0].split())
+            gating = prose[prose.index(GATING) :]
+            assert "ReplaySSM" not in gating
+        # The added test's docstring (in Added:) claims nothing release-specific.
+        assert "(FlashInfer's and Triton's)" not in text
+
+
+def test_the_message_follows_a_different_set_of_added_files() -> None:
+    """Another layout of the added files (one module instead of a package, the CUDA
+    source in csrc/ built by CMake, a _custom_ops wrapper): the prose names none of
+    today's files, says what the build now is, and names the target only where the
+    derived lists do."""
+    release = releases.NEWEST
+    originals = release_originals(release)
+    today = added_files(Design.RESET, release)
+    module = (
+        '"""The Mamba SR seed prefetch: one function the model runners call per forward, '
+        'and the seeds drawn by the _mamba_sr_C op."""\n'
+    )
+    added = {
+        fork_test.PATH: today[fork_test.PATH],
+        "vllm/model_executor/layers/mamba/ops/sr_seed_prefetch.py": module.encode(),
+        "csrc/mamba/stock_seeds.cu": b"// the seed kernel\n",
+    }
+    message = designs.commit_message(Design.RESET, release, originals, added)
+    assert unconfirmed_names(message) == []
+    assert problems(message, release, Design.RESET, originals, added) == []
+    text = " ".join(message.split())
+    assert "small non-stable CMake target (_mamba_sr_C), built once with the wheel" in text
+    assert "seed_kernel.py" not in prose_and_derived(message)[0]
+    # Without the target's name in the lists, the prose does not name it.
+    added["vllm/model_executor/layers/mamba/ops/sr_seed_prefetch.py"] = b'"""Seeds."""\n'
+    message = designs.commit_message(Design.RESET, release, originals, added)
+    assert "_mamba_sr_C" not in message and "small non-stable CMake target, built" in message
+    assert unconfirmed_names(message) == []
+    # Today's layout: compiled on first use.
+    message = designs.commit_message(Design.RESET, release, originals, today)
+    assert "compiled on first use" in " ".join(message.split())

@@ -255,7 +255,7 @@ def test_export_writes_a_patch_that_git_am_applies_to_that_release(
     subject = subprocess.run(
         ["git", "log", "-1", "--format=%s"], cwd=fork, capture_output=True, text=True, check=True
     ).stdout
-    assert subject.startswith("[Mamba] ")
+    assert subject.startswith("[Perf] ")
     status, out = run(capsys, "status", fork)
     assert status == 0 and f"Design applied: {design}" in out, out
 

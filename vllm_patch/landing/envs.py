@@ -1,6 +1,6 @@
 # Lands in vllm/envs.py, shaped as that file is: each declaration is appended to its
 # `if TYPE_CHECKING:` block, each definition to its `environment_variables` dict, and
-# each name to compile_factors' `ignored_factors` set.
+# each name kept out of the compile cache hash to compile_factors' `ignored_factors`.
 
 if TYPE_CHECKING:
     VLLM_MAMBA_SR_SEED_PREFETCH: bool = False
@@ -14,8 +14,11 @@ environment_variables: dict[str, Callable[[], Any]] = {
     ),
 }
 
-ignored_factors = {
-    # Where the Mamba SR seeds are drawn, not their values; the SSU runs in an
-    # opaque custom op, so no compiled graph changes with it.
-    "VLLM_MAMBA_SR_SEED_PREFETCH",
-}
+
+def compile_factors() -> dict[str, object]:
+    ignored_factors: set[str] = {
+        # Decides at run time where the Mamba SSU's seeds are drawn, inside the
+        # mamba_mixer2 custom op and the model runners: nothing torch.compile
+        # traces, so toggling it keeps the compile cache.
+        "VLLM_MAMBA_SR_SEED_PREFETCH",
+    }

@@ -7,10 +7,10 @@
 # SPDX-License-Identifier: Apache-2.0
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM project
 """VLLM_MAMBA_SR_SEED_PREFETCH: the seeds the FlashInfer and Triton SSU
-backends and ReplaySSM (FlashInfer's and Triton's) hand their kernels equal
-stock's torch.randint draws, eagerly, beyond N calls, over CUDA graph replays,
-and outside a forward; on Blackwell, the Triton kernel's fp16 states equal
-stock's bit for bit."""
+backends (and ReplaySSM's calls, in a vLLM that has them) hand their kernels
+equal stock's torch.randint draws, eagerly, beyond N calls, over CUDA graph
+replays, and outside a forward; on Blackwell, the Triton kernel's fp16 states
+equal stock's bit for bit."""
 
 import contextlib
 import importlib

@@ -1,11 +1,11 @@
-"""vllm/envs.py: the variables a design reads, declared for type checkers, defined,
-and left out of the compile cache hash.
+"""vllm/envs.py: the variables a design reads, declared for type checkers, defined, and
+kept out of the compile cache hash.
 
 landing/envs.py holds all three, shaped as envs.py is; each design takes the
-variables it reads from there.  The variable picks where the seeds are drawn,
-not their values, and the SSU runs inside an opaque custom op, so the compiled
-graph is the same with it on or off: hashing it would only throw away the
-torch.compile cache on a toggle (tests/vllm_patch/patched/test_ssu_dispatch.py).
+variables it reads from there.  The variable only decides, at run time, where the
+SSU's seeds are drawn (inside the mamba_mixer2 custom op and the model runners, which
+torch.compile does not trace), so it joins compile_factors' `ignored_factors`:
+turning it on or off keeps the compile cache.
 """
 
 from __future__ import annotations
@@ -69,35 +69,50 @@ class LastDefinition(Find):
         return entries[-1]
 
 
+def _ignored_factors(node: ast.AST) -> bool:
+    """Whether `node` is compile_factors' `ignored_factors: set[str] = {...}`."""
+    return (
+        isinstance(node, ast.AnnAssign)
+        and ast.unparse(node.target) == "ignored_factors"
+        and isinstance(node.value, ast.Set)
+    )
+
+
 @dataclass(frozen=True)
 class LastIgnoredFactor(Find):
-    """The last element of compile_factors' `ignored_factors` set that the patch did
-    not add."""
+    """The last element of compile_factors' `ignored_factors` set that the patch did not
+    add."""
 
     def node(self, source: Source) -> ast.AST:
-        ignored = Find(
-            "compile_factors",
-            "`ignored_factors` set",
-            lambda n: (
-                isinstance(n, ast.AnnAssign | ast.Assign)
-                and isinstance(n.value, ast.Set)
-                and "ignored_factors"
-                in [
-                    ast.unparse(t) for t in (n.targets if isinstance(n, ast.Assign) else [n.target])
-                ]
-            ),
-            direct=True,
-        ).node(source)
-        assert isinstance(ignored, ast.AnnAssign | ast.Assign)
-        assert isinstance(ignored.value, ast.Set)
+        table = Find("compile_factors", "`ignored_factors` set", _ignored_factors).node(source)
+        assert isinstance(table, ast.AnnAssign) and isinstance(table.value, ast.Set)
         elements = [
-            e
-            for e in ignored.value.elts
-            if not (isinstance(e, ast.Constant) and _is_ours(str(e.value)))
+            element
+            for element in table.value.elts
+            if not (isinstance(element, ast.Constant) and _is_ours(str(element.value)))
         ]
         if not elements:
-            raise SiteError("compile_factors' `ignored_factors` set is empty")
+            raise SiteError("compile_factors: the `ignored_factors` set is empty")
         return elements[-1]
+
+
+def _landing_ignored(names: tuple[str, ...]) -> str:
+    """The entries of `names` in landing/envs.py's `ignored_factors`, each with the
+    comment lines above it."""
+    text = landing("envs.py")
+    source = Source(text, "landing/envs.py")
+    lines = text.splitlines(keepends=True)
+    table = Find("compile_factors", "`ignored_factors` set", _ignored_factors).node(source)
+    assert isinstance(table, ast.AnnAssign) and isinstance(table.value, ast.Set)
+    entries = []
+    previous_end = table.lineno
+    for element in table.value.elts:
+        assert isinstance(element, ast.Constant) and element.end_lineno is not None
+        entry = "".join(lines[previous_end : element.end_lineno])
+        previous_end = element.end_lineno
+        if element.value in names:
+            entries.append(entry)
+    return textwrap.dedent("".join(entries))
 
 
 def _landing_parts(names: tuple[str, ...]) -> tuple[str, str]:
@@ -151,33 +166,17 @@ def operations(design: Design) -> FileOperations:
                 code=declarations,
             ),
             InsertStatements(
-                why="define the variable",
+                why="define it (default 0)",
                 at=LastDefinition("", "entry of `environment_variables`", lambda n: False),
                 code=definitions,
             ),
             InsertStatements(
-                why="leave it out of the compile cache hash (it changes no compiled graph)",
+                why="compile_factors leaves it out of the compile cache hash: it "
+                "changes nothing torch.compile traces, so toggling it keeps the cache",
                 at=LastIgnoredFactor(
                     "compile_factors", "element of `ignored_factors`", lambda n: False
                 ),
-                code=_ignored(VARIABLES[design]),
+                code=_landing_ignored(VARIABLES[design]),
             ),
         ),
     )
-
-
-def _ignored(names: tuple[str, ...]) -> str:
-    """The `ignored_factors` entries of `names`, with landing/envs.py's comment."""
-    text = landing("envs.py")
-    source = Source(text, "landing/envs.py")
-    ignored = next(n for n in source.tree.body if isinstance(n, ast.Assign))
-    assert isinstance(ignored.value, ast.Set)
-    lines = text.splitlines(keepends=True)
-    entries, previous_end = [], ignored.lineno
-    for element in ignored.value.elts:
-        assert isinstance(element, ast.Constant) and element.end_lineno is not None
-        entry = "".join(lines[previous_end : element.end_lineno])
-        previous_end = element.end_lineno
-        if element.value in names:
-            entries.append(entry)
-    return textwrap.dedent("".join(entries))
