@@ -83,13 +83,13 @@ CAPTURE_RAISES = textwrap.dedent(
     """
     import json, sys
     import torch
-    from runner_hooks import core
+    from runner_hooks import hooks as base_hooks
     from tests.gpu.harness import FULL_GRAPH, Runner
 
     sync_plan, drawer, hooks = sys.argv[1], sys.argv[2], sys.argv[3]
     runner = Runner("reset", sync_plan, drawer)
-    if hooks == "core":  # vLLM's hooks: no side stream there, no rule for one
-        runner.hooks = core.ForwardHooks()
+    if hooks == "core":  # the hooks without that rule (vLLM has no side stream)
+        runner.hooks = base_hooks.ForwardHooks()
         runner.hooks.register(runner.prefetcher)
     runner.decode()
     record = runner.new_record()

@@ -746,7 +746,7 @@ def test_build_op_refuses_a_stale_vendored_copy(
     small_tree: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert run(capsys, "apply", small_tree)[0] == 0
-    kernel = small_tree / vendor.VENDORED_PACKAGE / "seed_kernel.py"
+    kernel = small_tree / vendor.VENDORED_PACKAGE / "reset.py"
     kernel.write_text(kernel.read_text() + "# an old copy\n")
     status, out = run(capsys, "build-op", small_tree, "--arch", "9.0")
     assert status == 1 and "stale" in out and "sr-prefetch revert" in out, out
