@@ -15,7 +15,7 @@ import pytest
 
 from vllm_patch import releases, sdist, vendor
 from vllm_patch.releases import Design
-from vllm_patch.syntax import LANDING_DIR, landing
+from vllm_patch.syntax import LANDING_DIR
 from vllm_patch.targets import cmake_lists
 
 REPO = Path(__file__).resolve().parents[2]
@@ -90,28 +90,6 @@ def test_each_design_vendors_its_closure_and_nothing_else(design: Design) -> Non
     assert imported == set(modules) - {"__init__.py"}
     # No CUDA source: a source tree builds the seed op with its CMake, from csrc/.
     assert all(path.endswith(".py") for path in vendor.vendored_files(design))
-
-
-def test_vllms_seed_kernel_loads_vllms_extension_and_compiles_nothing() -> None:
-    """runner_hooks' seed_kernel.py compiles the op on first use; the vendored one is
-    landing/vendored_seed_kernel.py, which imports vllm._mamba_sr_C and calls the op
-    through _custom_ops, with the names reset.py imports from it."""
-    text = vendored_modules(Design.RESET)["seed_kernel.py"]
-    assert text == vendor.vendor_module(landing(vendor.LANDED["seed_kernel.py"]), "x")
-    assert "cpp_extension" not in text and "__file__" not in text  # nothing to compile
-    assert "import vllm._mamba_sr_C" in text and "_custom_ops.mamba_sr_stock_seeds" in text
-    defined = {
-        node.name
-        for node in ast.parse(text).body
-        if isinstance(node, ast.ClassDef | ast.FunctionDef)
-    }
-    imported = {
-        alias.name
-        for node in ast.walk(ast.parse(vendored_modules(Design.RESET)["reset.py"]))
-        if isinstance(node, ast.ImportFrom) and node.module == "seed_kernel"
-        for alias in node.names
-    }
-    assert imported and imported <= defined
 
 
 def test_a_module_is_vendored_once_the_unit_imports_it(tmp_path: Path) -> None:
