@@ -24,7 +24,7 @@ def _attach_sr_seed_prefetcher(
         return
     from vllm import _custom_ops as ops
 
-    device = torch.device("cuda", torch.cuda.current_device())
+    device = torch.device("cuda", torch.accelerator.current_device_index())
     _sr_seed_prefetcher = SRSeedPrefetcher(
         SeedPrefetch(
             "Mamba SR seed prefetch", len(layers), device, ops.mamba_sr_stock_seeds

@@ -17,7 +17,6 @@ import importlib
 import inspect
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from types import SimpleNamespace
 from typing import Any, cast
 
 import pytest
@@ -287,10 +286,11 @@ def harness(
 def open_forward() -> OpenForward:
     """Opens a forward as the model runners do: inside sr_seed_forward, given
     attention metadata with decode tokens in the Mamba-2 layers."""
-    decode = {
-        f"model.layers.{i}.mixer": SimpleNamespace(num_decodes=1)
-        for i in range(NUM_LAYERS)
-    }
+
+    class DecodeMetadata:
+        num_decodes = 1
+
+    decode = {f"model.layers.{i}.mixer": DecodeMetadata() for i in range(NUM_LAYERS)}
 
     def forward(full_cudagraph: bool = False) -> AbstractContextManager[None]:
         return ssu_dispatch.sr_seed_forward(decode, full_cudagraph=full_cudagraph)

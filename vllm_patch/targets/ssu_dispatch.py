@@ -255,7 +255,7 @@ def operations(design: Design) -> FileOperations:
                 code="from typing import Any\n",
             ),
             _import_line(
-                f"from {VENDORED_MODULE} import (\n    SRSeedPrefetcher,\n    SeedPrefetch,\n)\n",
+                f"from {VENDORED_MODULE} import (\n    SeedPrefetch,\n    SRSeedPrefetcher,\n)\n",
                 "import the vendored prefetcher",
                 "vllm.logger",
                 after=True,

@@ -132,7 +132,7 @@ def prefetcher_spy(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     made: list[int] = []
     if DESIGN == "reset":
         monkeypatch.setitem(sys.modules, "vllm._mamba_sr_C", types.ModuleType("_mamba_sr_C"))
-        monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+        monkeypatch.setattr(torch.accelerator, "current_device_index", lambda: 0)
 
         def seed_prefetch(owner: str, num_seeds: int, *args: Any) -> None:
             made.append(num_seeds)
