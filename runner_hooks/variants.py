@@ -105,7 +105,14 @@ class SRSeedPrefetcher(reset.SRSeedPrefetcher):
             else _seed_prefetch(self, num_ssu_calls, cuda, plan, make_drawer)
         )
         self.inactive_reason = made if isinstance(made, str) else None
-        super().__init__(None if isinstance(made, str) else made)
+        # Inactive: no prefetch, and every forward takes no seeds (see _begin).
+        super().__init__(None if isinstance(made, str) else made)  # type: ignore[arg-type]
+
+    def _begin(self, full_cudagraph: bool) -> None:
+        if self.prefetch is None:
+            self._batch, self._draw_at_first_seed = None, False
+        else:
+            super()._begin(full_cudagraph)
 
     def on_forward_begin(self, info: hooks.ForwardInfo) -> None:
         """As a hook of ForwardHooks: `forward()` for each forward that runs the

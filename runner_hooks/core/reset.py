@@ -14,10 +14,10 @@ class SRSeedPrefetcher:
     """The k-th `next_seed()` inside `forward()` returns seed k, drawn as the
     forward begins (a FULL graph: at its first call, inside the capture).
     None (the caller draws inline, as stock) outside a forward, beyond N calls,
-    under capture for seeds not drawn in it, and while inactive."""
+    and under capture for seeds not drawn in it."""
 
-    def __init__(self, prefetch: SeedPrefetch | None) -> None:
-        """`prefetch` draws the seeds; None: inactive, every call draws as stock."""
+    def __init__(self, prefetch: SeedPrefetch) -> None:
+        """`prefetch` draws the seeds."""
         self.prefetch = prefetch
         self._batch: SeedBatch | None = None
         self._draw_at_first_seed = False
@@ -36,8 +36,6 @@ class SRSeedPrefetcher:
 
     def _begin(self, full_cudagraph: bool) -> None:
         self._batch, self._draw_at_first_seed = None, False
-        if self.prefetch is None:
-            return
         if full_cudagraph:
             self._draw_at_first_seed = True
         else:
@@ -46,7 +44,7 @@ class SRSeedPrefetcher:
     def next_seed(self) -> torch.Tensor | None:
         batch = self._batch
         if batch is None:
-            if not self._draw_at_first_seed or self.prefetch is None:
+            if not self._draw_at_first_seed:
                 return None
             self._draw_at_first_seed = False
             batch = self._batch = self.prefetch.schedule()
@@ -54,5 +52,5 @@ class SRSeedPrefetcher:
 
     def _end(self) -> None:
         batch, self._batch, self._draw_at_first_seed = self._batch, None, False
-        if batch is not None and self.prefetch is not None:
+        if batch is not None:
             self.prefetch.finish(batch)

@@ -1,5 +1,5 @@
 # Lands in ssu_dispatch.py before get_mamba_ssu_backend (both designs), followed by
-# the design's _attach_sr_seed_prefetcher. _prefetched_sr_seed is what both SSU
+# the design's _attach_sr_seed_prefetcher. prefetched_sr_seed is what both SSU
 # backends and both ReplaySSM calls ask; the Triton backend, and mamba_mixer2.py's
 # Triton ReplaySSM call, hand it to their kernel's wrapper, which draws when it is
 # None. MAMBA1_TYPE and MAMBA2_TYPE are how the release names the Mamba types: read
@@ -44,6 +44,6 @@ def _sr_seed_prefetch_blocker(
     return None
 
 
-def _prefetched_sr_seed() -> torch.Tensor | None:
+def prefetched_sr_seed() -> torch.Tensor | None:
     """This SSU call's prefetched seed, or None: the caller draws as stock."""
     return None if _sr_seed_prefetcher is None else _sr_seed_prefetcher.next_seed()

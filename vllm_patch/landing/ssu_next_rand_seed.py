@@ -4,7 +4,7 @@
 
 def _next_rand_seed(self, device: torch.device) -> torch.Tensor:
     """This call's seed: the prefetched one, else drawn inline as stock."""
-    seed = _prefetched_sr_seed()
+    seed = prefetched_sr_seed()
     if seed is not None:
         return seed
     return torch.randint(0, 2**32, (1,), device=device)

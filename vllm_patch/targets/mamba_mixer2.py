@@ -2,7 +2,7 @@
 
 Both designs, where the release has the Triton ReplaySSM kernel's wrapper (0.27.0
 on; releases.FILES_SINCE), which `MambaMixer2.conv_ssm_forward` calls directly, not
-through ssu_dispatch.py; the call passes it `rand_seed=_prefetched_sr_seed()`,
+through ssu_dispatch.py; the call passes it `rand_seed=prefetched_sr_seed()`,
 which is None (the wrapper then draws as stock) wherever the SSU backends would
 draw inline.
 """
@@ -25,7 +25,7 @@ from .replayssm_triton import FUNCTION as CALL
 
 PATH = "vllm/model_executor/layers/mamba/mamba_mixer2.py"
 SSU_DISPATCH = "vllm.model_executor.layers.mamba.ops.ssu_dispatch"
-SEED = "_prefetched_sr_seed"
+SEED = "prefetched_sr_seed"
 
 
 def has_call(source: Source) -> bool:

@@ -2,10 +2,10 @@
 
 Both designs: `FlashInferSSUBackend.__call__` takes its seed from
 `_next_rand_seed` (the prefetched one, else stock's inline draw),
-`TritonSSUBackend.__call__` hands `_prefetched_sr_seed()` to
+`TritonSSUBackend.__call__` hands `prefetched_sr_seed()` to
 `selective_state_update` (mamba_ssm.py, which draws as stock when it is None),
 `selective_state_update_replayssm_flashinfer` (ReplaySSM, 0.30.0 on) takes
-`_prefetched_sr_seed()` and draws as stock only without one, and
+`prefetched_sr_seed()` and draws as stock only without one, and
 `initialize_mamba_ssu_backend` attaches a prefetcher where it applies.  The
 designs differ in the prefetcher they attach and in what the runners see: the
 reset design adds `sr_seed_forward`, which the runners wrap each forward in.
@@ -102,7 +102,7 @@ def _replayssm_operations() -> list[Operation]:
             InsertStatements(
                 why=f"{REPLAYSSM} takes the prefetched seed",
                 at=draw,
-                code="rand_seed = _prefetched_sr_seed()\n",
+                code="rand_seed = prefetched_sr_seed()\n",
                 after=False,
             ),
         ),
@@ -171,7 +171,7 @@ def _shared(design: Design) -> list[Operation]:
                 lambda n: is_call(n, "self._kernel"),
                 expression=True,
             ),
-            code="rand_seed=_prefetched_sr_seed()",
+            code="rand_seed=prefetched_sr_seed()",
         ),
         InsertStatements(
             why=f"{INIT} attaches the seed prefetcher where it applies",
