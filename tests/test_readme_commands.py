@@ -43,7 +43,7 @@ _CITED = re.compile(r"(?<![\w./:-])((?:\.ci|bench|tests|vllm_patch|runner_hooks)
 
 def _exists(path: str) -> bool:
     """The file, or files it is the prefix of (`results/x.*`, a --prefix)."""
-    if path == fork_test.PATH:  # the test the patch adds to a vLLM source tree
+    if path in fork_test.PATHS:  # the tests the patch adds to a vLLM source tree
         return True
     target = ROOT / path
     return target.exists() or any(target.parent.glob(f"{target.name}*"))

@@ -44,7 +44,6 @@ IDENTITY_SERVING_LOG = (
 IDENTITY_SERVING = "bench/results/engine-nvidia-h200-20261201d-serving.md"
 IDENTITY_020_LOG = "tests/gpu/results/engine-identity-vllm-0.20.0-nvidia-h200-20261202.log"
 FORK_TEST_026_LOG = "tests/gpu/results/patched-vllm-0.26.0-nvidia-h200.log"
-FORK_TEST_020_LOG = "tests/gpu/results/patched-vllm-0.20.0-nvidia-h200.log"
 SEED_KERNEL_LOG = "tests/gpu/results/nvidia-h200-20261202-seed-kernel.log"
 
 DEFAULT_ARM = "reset-kernel"

@@ -1,58 +1,119 @@
-"""The test file the patch adds to a source tree: tests/kernels/mamba/test_sr_seed_prefetch.py.
+"""The test files the patch adds to a source tree, each for the release it lands in.
 
-It runs on a CUDA device in the fork's CI and checks every seed against
-stock's `torch.randint` draws.  It is landing/test_sr_seed_prefetch.py, the
-reset design's.  The designs differ only in how a test opens a forward (as the
-model runners do under each): for the forward-context design, the
-`open_forward` fixture is replaced by that of
-landing/test_sr_seed_prefetch_forward_context.py, and its import put where
-isort puts it, all located by syntax.
+- `PATH`, landing/test_sr_seed_prefetch.py (CUDA): every seed the SSU hands its
+  kernel against stock's `torch.randint` draws.  The designs differ only in how a
+  test opens a forward, and the op: the forward-context design takes the
+  `open_forward` fixture and `pytestmark` of
+  landing/test_sr_seed_prefetch_forward_context.py.  Where the release
+  has FlashInfer's ReplaySSM call, landing/test_sr_seed_prefetch_replayssm.py adds
+  that path.
+- The reset design's: `PREFETCHER_PATH`, landing/test_sr_seed_prefetcher.py (CPU),
+  the prefetcher's forward logic; `ENGINE_PATH`,
+  landing/test_mamba_sr_seed_prefetch_engine.py (CUDA), a small engine's outputs
+  with and without the variable.
+
+A part's top-level statements replace the file's of the same name, or go before
+its first test; its imports go where isort puts them; a keyword argument of its
+`ssu_dispatch` calls that the release's function lacks is dropped; all located by
+syntax.
 """
 
 from __future__ import annotations
 
 import ast
-from collections.abc import Callable
 
 from .releases import Design
 from .syntax import Source, landing
 
 PATH = "tests/kernels/mamba/test_sr_seed_prefetch.py"
-TEST = "test_sr_seed_prefetch.py"
+PREFETCHER_PATH = "tests/kernels/mamba/test_sr_seed_prefetcher.py"
+ENGINE_PATH = "tests/v1/e2e/general/test_mamba_sr_seed_prefetch.py"
+PATHS = (PATH, PREFETCHER_PATH, ENGINE_PATH)
+
 FORWARD_CONTEXT_PART = "test_sr_seed_prefetch_forward_context.py"
-FIXTURE = "open_forward"
+REPLAYSSM_PART = "test_sr_seed_prefetch_replayssm.py"
+FLASHINFER_REPLAYSSM = "def selective_state_update_replayssm_flashinfer("
+"""How a release's ssu_dispatch.py has FlashInfer's ReplaySSM call."""
 
 
-def render(design: str) -> str:
-    """The test file's text for `design` ("reset" or "forward-context")."""
-    text = landing(TEST)
-    if Design(design) is Design.RESET:
-        return text
-    base, part = Source(text, TEST), Source(landing(FORWARD_CONTEXT_PART), FORWARD_CONTEXT_PART)
-    (new_import,) = [node for node in part.tree.body if isinstance(node, ast.ImportFrom)]
-    fixture, new_fixture = (_only(s, f"def {FIXTURE}", _defines(FIXTURE)) for s in (base, part))
-    position = _sorted_position(base, new_import.module or "")
-    edits = [
-        (*_lines(base, fixture), _text(part, new_fixture)),
-        (position, position, part.segment(new_import) + "\n"),
+def files(design: Design, ssu_dispatch: str) -> dict[str, str]:
+    """The test files (path -> text) for `design` in a tree whose
+    vllm/model_executor/layers/mamba/ops/ssu_dispatch.py reads `ssu_dispatch`."""
+    parts = [FORWARD_CONTEXT_PART] if design is Design.FORWARD_CONTEXT else []
+    if FLASHINFER_REPLAYSSM in ssu_dispatch:
+        parts.append(REPLAYSSM_PART)
+    text = landing("test_sr_seed_prefetch.py")
+    for part in parts:
+        fitted = _fitted_calls(Source(landing(part), part), Source(ssu_dispatch))
+        text = _merged(Source(text, PATH), Source(fitted, part))
+    found = {PATH: text}
+    if design is Design.RESET:
+        found[PREFETCHER_PATH] = landing("test_sr_seed_prefetcher.py")
+        found[ENGINE_PATH] = landing("test_mamba_sr_seed_prefetch_engine.py")
+    return found
+
+
+def _fitted_calls(part: Source, ssu_dispatch: Source) -> str:
+    """The part with each keyword argument of its `ssu_dispatch.<function>(...)` calls
+    that the release's function does not take dropped, its whole line."""
+    functions = {
+        node.name: {a.arg for a in (*node.args.args, *node.args.kwonlyargs)}
+        for node in ssu_dispatch.tree.body
+        if isinstance(node, ast.FunctionDef)
+    }
+    dropped = [
+        keyword
+        for node in ast.walk(part.tree)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and isinstance(node.func.value, ast.Name)
+        and node.func.value.id == "ssu_dispatch"
+        and node.func.attr in functions
+        for keyword in node.keywords
+        if keyword.arg is not None and keyword.arg not in functions[node.func.attr]
     ]
-    for start, end, new in sorted(edits, key=lambda edit: edit[:2], reverse=True):
-        text = text[:start] + new + text[end:]
+    text = part.text
+    for keyword in sorted(dropped, key=lambda k: k.lineno, reverse=True):
+        text = text[: part.line_start(keyword.lineno)] + text[part.line_end(keyword.lineno) :]
     return text
 
 
-Matches = Callable[[ast.stmt], bool]
+def _name(node: ast.stmt) -> str | None:
+    if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+        return node.name
+    if isinstance(node, (ast.Assign, ast.AnnAssign)):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        if len(targets) == 1 and isinstance(targets[0], ast.Name):
+            return targets[0].id
+    return None
 
 
-def _defines(name: str) -> Matches:
-    return lambda node: isinstance(node, ast.FunctionDef) and node.name == name
-
-
-def _only(source: Source, what: str, matches: Matches) -> ast.stmt:
-    found = [node for node in source.tree.body if matches(node)]
-    if len(found) != 1:
-        raise ValueError(f"landing/{source.path}: expected one {what}, found {len(found)}")
-    return found[0]
+def _merged(base: Source, part: Source) -> str:
+    named = {_name(node): node for node in base.tree.body if _name(node) is not None}
+    first_test = next(
+        node
+        for node in base.tree.body
+        if isinstance(node, ast.FunctionDef) and node.name.startswith("test_")
+    )
+    edits = []
+    for node in part.tree.body:
+        if isinstance(node, ast.ImportFrom):
+            position = _sorted_position(base, node.module or "")
+            edits.append((position, position, part.segment(node) + "\n"))
+            continue
+        name = _name(node)
+        if name is None:
+            raise ValueError(f"landing/{part.path}: a top-level statement with no name")
+        code = _text(part, node)
+        if name in named:
+            edits.append((*_lines(base, named[name]), code))
+        else:
+            start = _lines(base, first_test)[0]
+            edits.append((start, start, code + "\n\n"))
+    text = base.text
+    for start, end, new in sorted(edits, key=lambda edit: edit[:2], reverse=True):
+        text = text[:start] + new + text[end:]
+    return text
 
 
 def _first_line(node: ast.stmt) -> int:

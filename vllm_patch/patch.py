@@ -26,7 +26,7 @@ from pathlib import Path
 from . import fork_test, journal, targets, vendor
 from .releases import SITES_SINCE, Design, Release, Site, pristine_sha256
 from .syntax import FileOperations, SiteError, Source, apply_all, revert_all
-from .targets import cmake_lists
+from .targets import cmake_lists, ssu_dispatch
 from .tree import Kind, Target, dirty_paths
 
 ORIGINALS = "vllm/.sr-prefetch-originals"
@@ -249,7 +249,7 @@ def revert(target: Target) -> tuple[Design | None, list[FileReport]]:
         changes,
         prune=[
             vendor.VENDORED_PACKAGE,
-            str(Path(fork_test.PATH).parent),
+            *sorted({str(Path(path).parent) for path in fork_test.PATHS}),
             ORIGINALS,
             str(Path(cmake_lists.SOURCE).parent),
         ],
@@ -311,7 +311,8 @@ def _added_files(target: Target, design: Design) -> dict[str, bytes]:
     tree (setup.py), the seed op's source, which its CMake target builds."""
     files = vendor.vendored_files(design)
     if target.kind is not Kind.INSTALLED:
-        files[fork_test.PATH] = fork_test.render(design.value).encode("utf-8")
+        tests = fork_test.files(design, _read(target.root, ssu_dispatch.PATH) or "")
+        files.update({path: text.encode("utf-8") for path, text in tests.items()})
         if design is Design.RESET and (target.root / "setup.py").is_file():
             files[cmake_lists.SOURCE] = cmake_lists.source_bytes()
     return files
@@ -334,11 +335,12 @@ def _changed_by(target: Target, design: Design) -> list[str] | None:
 
 def _leftovers(target: Target) -> list[str]:
     """Traces of any design in a target where no whole design is applied."""
-    rendered = {fork_test.render(design.value) for design in Design}
+    ssu = _read(target.root, ssu_dispatch.PATH) or ""
+    rendered = {text for design in Design for text in fork_test.files(design, ssu).values()}
     found = [
         f"{path} exists"
         for path in _added_paths(target.root)
-        if path != fork_test.PATH or _read(target.root, path) in rendered
+        if path not in fork_test.PATHS or _read(target.root, path) in rendered
     ]
     for path in targets.PATHS:
         text = _read(target.root, path) or ""
@@ -361,17 +363,19 @@ def _added_paths(root: Path) -> list[str]:
             if path.is_file() and "__pycache__" not in path.parts
         )
     paths += [
-        path for path in (fork_test.PATH, cmake_lists.SOURCE, BUILT_OP) if (root / path).is_file()
+        path
+        for path in (*fork_test.PATHS, cmake_lists.SOURCE, BUILT_OP)
+        if (root / path).is_file()
     ]
     return paths
 
 
 def _bytecode(root: Path) -> list[str]:
     """Bytecode that running the added files left: it goes when they go."""
-    test = Path(fork_test.PATH)
+    tests = [Path(path) for path in fork_test.PATHS]
     caches = [
         *(root / vendor.VENDORED_PACKAGE).rglob("__pycache__/*"),
-        *(root / test.parent / "__pycache__").glob(f"{test.stem}.*"),
+        *(c for t in tests for c in (root / t.parent / "__pycache__").glob(f"{t.stem}.*")),
     ]
     return sorted(path.relative_to(root).as_posix() for path in caches if path.is_file())
 

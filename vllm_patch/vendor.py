@@ -4,9 +4,8 @@ A design vendors the modules its unit reaches: the relative-import closure of th
 unit's `__init__.py` (`UNITS`).  They land flat in one package inside vLLM, so an
 import of another unit's module (`from ..core.prefetch import ...`) becomes a
 sibling's (`from .prefetch import ...`).  The modules carry vLLM's SPDX header
-themselves; vendoring swaps `logging.getLogger` for vLLM's `init_logger`, lands
-seed_kernel.py as vLLM's loader of its own extension (`LANDED`), and refuses a
-file that names anything outside vLLM.  No CUDA source is vendored: a source
+themselves; vendoring swaps `logging.getLogger` for vLLM's `init_logger` and
+refuses a file that names anything outside vLLM.  No CUDA source is vendored: a source
 tree builds the seed op with its CMake (targets/cmake_lists.py).
 """
 
@@ -17,7 +16,7 @@ import importlib.util
 from pathlib import Path, PurePosixPath
 
 from .releases import Design
-from .syntax import landing, parse
+from .syntax import parse
 
 SOURCE_PACKAGE = "runner_hooks"
 VENDORED_PACKAGE = "vllm/model_executor/layers/mamba/ops/sr_seed_prefetch"
@@ -43,11 +42,6 @@ FOREIGN_NAMES = (
 
 CONSTANTS: dict[str, dict[str, str]] = {}
 """Module-level constants whose value the vendored copy sets: module -> name -> source."""
-
-LANDED: dict[str, str] = {"seed_kernel.py": "vendored_seed_kernel.py"}
-"""Modules whose vendored copy is a landing file instead (module -> landing/ file):
-runner_hooks' seed_kernel.py compiles the op on first use; vLLM's loads the _mamba_sr_C
-extension that vLLM builds, through _custom_ops.mamba_sr_stock_seeds."""
 
 _LOGGER_STDLIB = "logger = logging.getLogger(__name__)"
 _LOGGER_VLLM = "logger = init_logger(__name__)"
@@ -94,14 +88,10 @@ def vendored_files(design: Design, source: Path | None = None) -> dict[str, byte
         if destination in files:
             raise VendorError(f"{relative} and another module both land as {flat}")
         origin = f"{SOURCE_PACKAGE}/{relative}"
-        if flat in LANDED:
-            origin = f"landing/{LANDED[flat]}"
-            data = vendor_module(landing(LANDED[flat]), origin).encode("utf-8")
-        else:
-            text = (source / relative).read_text(encoding="utf-8")
-            text = _set_constants(text, CONSTANTS.get(flat, {}), origin)
-            text = _flatten_imports(text, source, relative)
-            data = vendor_module(text, origin).encode("utf-8")
+        text = (source / relative).read_text(encoding="utf-8")
+        text = _set_constants(text, CONSTANTS.get(flat, {}), origin)
+        text = _flatten_imports(text, source, relative)
+        data = vendor_module(text, origin).encode("utf-8")
         foreign = [name for name in FOREIGN_NAMES if name.encode() in data]
         if foreign:
             raise VendorError(f"{origin} names {foreign[0]!r}, which is not part of vLLM")

@@ -54,10 +54,10 @@ def changed_paths(design: Design) -> set[str]:
 
 
 def added_paths(design: Design = Design.RESET) -> set[str]:
-    """The files `design` adds to a git source tree: the vendored package and the fork
-    test; the reset design, the seed op's source too (its CMake target builds it)."""
+    """The files `design` adds to a git source tree: the vendored package and the fork's
+    tests; the reset design, the seed op's source too (its CMake target builds it)."""
     source = {cmake_lists.SOURCE} if design is Design.RESET else set()
-    return set(vendor.vendored_files(design)) | {fork_test.PATH} | source
+    return set(vendor.vendored_files(design)) | set(fork_test.files(design, "")) | source
 
 
 @pytest.fixture

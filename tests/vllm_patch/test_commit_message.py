@@ -318,33 +318,22 @@ def test_the_name_check_catches_a_name_the_lists_do_not_give(described) -> None:
     assert unconfirmed_names(made_up) == ["StockSeedPrefetcher", "hooks.forward", "seed_relay.py"]
 
 
-def replayssm_since() -> dict[str, str]:
-    """The release each ReplaySSM path of the added test arrived in, as the test's own
-    skip reasons say it ("... (added in 0.30.0)")."""
-    text = syntax.landing(fork_test.TEST)
-    found = dict(
-        re.findall(r"this vLLM has no (FlashInfer|Triton) ReplaySSM \(added in ([\d.]+)\)", text)
-    )
-    assert set(found) == {"FlashInfer", "Triton"}
-    return found
-
-
 def test_the_test_coverage_claimed_is_what_the_release_can_have(described) -> None:
-    since = replayssm_since()
     for version, design, message, _ in described:
         release = releases.get(version)
+        ssu = release_originals(release)[targets.ssu_dispatch.PATH]
+        has = {
+            "FlashInfer": fork_test.FLASHINFER_REPLAYSSM in ssu,
+            "Triton": release.has_file(targets.replayssm_triton.PATH),
+        }
         text = " ".join(message.split())
-        has = {path: release.key >= releases.get(v).key for path, v in since.items()}
         assert ("FlashInfer's ReplaySSM call" in text) == has["FlashInfer"], (version, design)
         assert ("Triton ReplaySSM kernel's wrapper" in text) == has["Triton"], (version, design)
         if not any(has.values()):
-            assert f"vLLM {version} has no ReplaySSM" in text
-            # ... nor is a ReplaySSM case named as a reason to wait for.
+            # No ReplaySSM case is named as a reason to wait for.
             prose = " ".join(prose_and_derived(message)[0].split())
             gating = prose[prose.index(GATING) :]
             assert "ReplaySSM" not in gating
-        # The added test's docstring (in Added:) claims nothing release-specific.
-        assert "(FlashInfer's and Triton's)" not in text
 
 
 def test_the_message_follows_a_different_set_of_added_files() -> None:

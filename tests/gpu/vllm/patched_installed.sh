@@ -34,13 +34,19 @@ status=0
       python3 -c "import vllm._mamba_sr_C as m; print('imported', m.__file__)" || status=1
     fi
     python3 -m vllm_patch status --installed || status=1
-    dir=/tmp/forktest-$design/tests/kernels/mamba
-    mkdir -p "$dir"
-    python3 -c "from vllm_patch import fork_test; print(fork_test.render('$design'), end='')" \
-      > "$dir/test_sr_seed_prefetch.py"
-    (cd "/tmp/forktest-$design" && VLLM_MAMBA_SR_SEED_PREFETCH=1 \
-      python3 -m pytest tests/kernels/mamba/test_sr_seed_prefetch.py -v -p no:cacheprovider) \
-      || status=1
+    # The fork's tests, as the patch adds them to a source tree of this release.
+    tests=$(python3 -c "
+import pathlib, sys
+from vllm_patch import fork_test
+from vllm_patch.releases import Design
+from vllm_patch.targets import ssu_dispatch
+root, ssu = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[3]) / ssu_dispatch.PATH
+for path, text in fork_test.files(Design(sys.argv[2]), ssu.read_text()).items():
+    (root / path).parent.mkdir(parents=True, exist_ok=True)
+    (root / path).write_text(text)
+    print(path)
+" "/tmp/forktest-$design" "$design" "$site") || status=1
+    (cd "/tmp/forktest-$design" && python3 -m pytest $tests -v -p no:cacheprovider) || status=1
     python3 -m vllm_patch revert --installed || status=1
   done
   after=$(hashes)
