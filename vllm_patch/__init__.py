@@ -6,7 +6,7 @@ changes, which finds its sites by structure (`syntax`) and lands the code kept
 in `landing/`; `designs` describes the two designs and writes a release's
 commit message.  `vendor` produces the vLLM-side copy of runner_hooks,
 `fork_test` the test file a fork gets, `patch` applies, checks and reverts,
-`tree` finds targets (git trees, installed vLLMs) and builds pristine trees,
-whose sources `wheel` reads from PyPI over HTTP ranges (`pristine` records
-their sha256).
+`tree` finds targets (git trees, installed vLLMs) and their release, `gitrepo`
+runs git in them, `sources` builds pristine trees in the `cache`, from sources
+that `wheel` reads from PyPI over HTTP ranges (`pristine` records their sha256).
 """

@@ -1,7 +1,5 @@
 """`python -m vllm_patch`: the sr-prefetch command line."""
 
-import sys
+from .cli import entry
 
-from .cli import main
-
-sys.exit(main())
+entry()

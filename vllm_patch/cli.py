@@ -9,27 +9,73 @@ exit status 1 rather than change a target it cannot patch cleanly.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import shlex
 import shutil
+import signal
 import sys
 import tempfile
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from types import FrameType
+from typing import NoReturn
 
-from . import build_op, designs, journal, patch, releases, targets, tree
+from . import build_op, designs, gitrepo, journal, patch, releases, sources, syntax, targets, tree
+from .cache import CacheError, write_problem
 from .designs import DESIGNS, commit_message
+from .patch import FileState
 from .releases import RELEASES, Design, Site
 from .vendor import VendorError
+
+_Handler = Callable[[int, FrameType | None], object] | int | None
+"""A SIGINT handler, as signal.signal takes it."""
+
+
+class ExportError(Exception):
+    """`export` cannot write its output; the message says why and where else to."""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs one command; returns the exit status (0 done or nothing to do, 1 refused,
-    130 interrupted)."""
+    130 interrupted).  Ctrl-C before the command's change is made undoes what it began;
+    once made, the change stands: the command finishes its report and exits 130 saying
+    so (_Interrupts)."""
+    return _main(argv, signal.getsignal(signal.SIGINT))
+
+
+def entry() -> NoReturn:
+    """The `sr-prefetch` program (and `python -m vllm_patch`): main, after which Ctrl-C
+    is ignored, so that it cannot turn the exit of a command that has said what it did
+    into a silent death."""
+    status = _main(None, signal.SIG_IGN)
+    syntax.parse.cache_clear()  # most of the exit's time: the syntax trees it holds
+    sys.exit(status)
+
+
+def _main(argv: Sequence[str] | None, then: _Handler) -> int:
+    """main, with `then` the SIGINT handler once the command ends."""
     args = _parser().parse_args(argv)
+    with _Interrupts.installed(then) as interrupts:
+        args.made = interrupts.made
+        status = _run(args)
+        if interrupts.kept is not None:
+            print(
+                f"sr-prefetch: interrupted once the {interrupts.kept} was made; it is kept, "
+                "as reported above",
+                file=sys.stderr,
+            )
+            return 130
+    return status
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
         return args.run(args)
     except KeyboardInterrupt:
-        # Ctrl-C: a transaction it cut short was undone (journal.replace_files).
+        # Ctrl-C before the change was made: a transaction it cut short was undone
+        # (journal.replace_files).
         print("sr-prefetch: interrupted; nothing was changed", file=sys.stderr)
         return 130
     except BrokenPipeError:
@@ -42,12 +88,50 @@ def main(argv: Sequence[str] | None = None) -> int:
         releases.UnsupportedRelease,
         VendorError,
         journal.JournalError,
+        gitrepo.GitError,
+        CacheError,
+        sources.FetchError,
+        ExportError,
         OSError,
     ) as error:
         # Writes are one transaction (journal.replace_files), so an OSError while
         # writing leaves the target as it was.
         print(f"sr-prefetch: {error}", file=sys.stderr)
         return 1
+
+
+class _Interrupts:
+    """Ctrl-C during one command: KeyboardInterrupt until its change is made (`made`,
+    called by journal.replace_files inside its transaction), which undoes it; after,
+    noted in `kept` and otherwise ignored, so that the command reports the change it
+    made and main says it was kept.  Only the main thread can take signals: elsewhere
+    Python's own handling stands."""
+
+    def __init__(self) -> None:
+        self.changed: str | None = None
+        self.kept: str | None = None
+
+    def made(self, what: str) -> None:
+        self.changed = what
+
+    def __call__(self, signum: int, frame: FrameType | None) -> None:
+        if self.changed is None:
+            raise KeyboardInterrupt
+        self.kept = self.changed
+
+    @classmethod
+    @contextlib.contextmanager
+    def installed(cls, then: _Handler) -> Iterator[_Interrupts]:
+        """An _Interrupts as the SIGINT handler for the block, `then` after it."""
+        interrupts = cls()
+        if threading.current_thread() is not threading.main_thread():
+            yield interrupts
+            return
+        signal.signal(signal.SIGINT, interrupts)
+        try:
+            yield interrupts
+        finally:
+            signal.signal(signal.SIGINT, then)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -142,7 +226,7 @@ def _parser() -> argparse.ArgumentParser:
         "(GIT_AUTHOR_NAME/GIT_AUTHOR_EMAIL, else user.name/user.email); refused, writing "
         "nothing, where git has none configured. With or without it, the patch's author is "
         f"that identity; only without --signoff and with none configured is it "
-        f"{tree.OWN_IDENTITY}",
+        f"{gitrepo.OWN_IDENTITY}",
     )
     export.set_defaults(run=_export)
 
@@ -190,10 +274,16 @@ def _target(args: argparse.Namespace) -> tree.Target:
         path = args.path
     else:
         raise tree.TreeError(f"sr-prefetch {args.command} needs PATH or --installed")
-    target = tree.resolve(path, args.base)
+    return _settled(tree.resolve(path, args.base))
+
+
+def _settled(target: tree.Target) -> tree.Target:
+    """`target`, once a command on it that was cut short is finished or undone
+    (journal.settle) and its layout is checked against its release (check_base): what
+    every command does first, and once."""
     if target.note:
         print(f"Note: {target.note}.")
-    settled = patch.settle(target)
+    settled = journal.settle(target.root)
     if settled:
         print(f"Note: {settled}.")
     targets.check_base(target.root, target.release)
@@ -218,18 +308,17 @@ def _apply(args: argparse.Namespace) -> int:
     pristine = args.path is None and not args.installed
     if pristine:
         release = releases.get(args.base) if args.base else releases.NEWEST
-        target = tree.resolve(tree.pristine_tree(release))
+        target = _settled(tree.resolve(sources.pristine_tree(release)))
     else:
         target = _target(args)
-    changed, reports = patch.apply(target, args.design)
+    changed, reports = patch.apply(target, args.design, args.made)
     if not changed:
         print(f"The {args.design} design is already applied to {target.root}; nothing to do.")
-        stale = [report for report in patch.status(target).files if report.state == "stale"]
-        _print_reports(stale)
+        status = patch.status(target).files
+        _print_reports([report for report in status if report.state == FileState.STALE])
         return 0
     print(f"Applied the {args.design} design to {_describe(target)}:")
     _print_reports(reports)
-    _print_absent_sites(args.design, target.release)
     if pristine:
         root = shlex.quote(str(target.root))
         print(
@@ -242,19 +331,18 @@ def _apply(args: argparse.Namespace) -> int:
 def _check(args: argparse.Namespace) -> int:
     target = _target(args)
     ok, reports = patch.check(target, args.design)
-    if all(report.state == "applied" for report in reports):
+    if all(report.state == FileState.APPLIED for report in reports):
         print(f"The {args.design} design is already applied to {target.root}.")
         return 0
     verdict = "would apply cleanly" if ok else "would NOT apply"
     print(f"The {args.design} design {verdict} to {_describe(target)}:")
     _print_reports(reports)
-    _print_absent_sites(args.design, target.release)
     return 0 if ok else 1
 
 
 def _revert(args: argparse.Namespace) -> int:
     target = _target(args)
-    design, reports = patch.revert(target)
+    design, reports = patch.revert(target, args.made)
     if design is None:
         print(f"No sr-prefetch design is applied to {target.root}; nothing to revert.")
         return 0
@@ -290,32 +378,36 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
-    identity = tree.user_identity()
+    identity = gitrepo.user_identity()
     if identity is None and args.signoff:
-        raise tree.TreeError(tree.NO_IDENTITY)
+        raise gitrepo.GitError(gitrepo.NO_IDENTITY)
+    to_stdout = str(args.output) == "-"
+    if not to_stdout:
+        _check_output(args.output)
     release = releases.get(args.base) if args.base else releases.NEWEST
-    pristine = tree.pristine_tree(release)
+    pristine = sources.pristine_tree(release)
     workdir = Path(tempfile.mkdtemp(prefix="sr-prefetch-export-"))
     try:
-        clone = tree.clone(pristine, workdir / "vllm")
+        clone = gitrepo.clone(pristine, workdir / "vllm")
         target = tree.resolve(clone)
         originals = {
             fo.path: (clone / fo.path).read_text(encoding="utf-8")
             for fo in patch.operations(args.design, target)
         }
         _, reports = patch.apply(target, args.design)
-        added = {r.path: (clone / r.path).read_bytes() for r in reports if r.state == "added"}
+        added = {
+            r.path: (clone / r.path).read_bytes() for r in reports if r.state == FileState.ADDED
+        }
         message = commit_message(args.design, release, originals, added)
-        tree.commit_all(clone, message, identity, signoff=args.signoff)
-        mail = tree.format_patch(clone)
+        gitrepo.commit_all(clone, message, identity, signoff=args.signoff)
+        mail = gitrepo.format_patch(clone)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-    if str(args.output) == "-":
+    if to_stdout:
         sys.stdout.write(mail)
         written, name, note = "stdout", "FILE", sys.stderr
     else:
-        args.output.parent.mkdir(parents=True, exist_ok=True)
-        args.output.write_text(mail, encoding="utf-8")
+        _write_output(args.output, mail.encode("utf-8"))
         written, name, note = str(args.output), shlex.quote(str(args.output)), sys.stdout
     print(
         f"Wrote the {args.design} design as a patch against vLLM v{release.version} to "
@@ -327,11 +419,47 @@ def _export(args: argparse.Namespace) -> int:
     if identity is None:
         print(
             f"Note: git has no identity configured here, so the patch's author is "
-            f"{tree.OWN_IDENTITY}; set yours with git config --global user.name/user.email "
+            f"{gitrepo.OWN_IDENTITY}; set yours with git config --global user.name/user.email "
             "(git am keeps the patch's author).",
             file=note,
         )
     return 0
+
+
+def _check_output(output: Path) -> None:
+    """Refuses, before any work, an export destination that cannot be written."""
+    if output.is_dir():
+        raise ExportError(
+            f"cannot write the patch to {output}: it is a folder: give a file name "
+            f"(-o {output / 'sr-prefetch.patch'}), or - for stdout; nothing was written"
+        )
+    folder = output.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        _refuse_output(output, NotADirectoryError(20, "Not a directory", str(folder)))
+    if not os.access(folder, os.W_OK | os.X_OK):
+        _refuse_output(output, PermissionError(13, "Permission denied", str(folder)))
+
+
+def _write_output(output: Path, data: bytes) -> None:
+    """`data` as the file `output`, whole or not at all (written beside it, then renamed)."""
+    staged = output.with_name(f".{output.name}.sr-prefetch")
+    try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        staged.write_bytes(data)
+        staged.replace(output)
+    except OSError as error:
+        staged.unlink(missing_ok=True)
+        _refuse_output(output, error)
+
+
+def _refuse_output(output: Path, error: OSError) -> NoReturn:
+    problem, _ = write_problem(error, output.parent)
+    raise ExportError(
+        f"cannot write the patch to {output}: {problem}: give a path you may write, or - "
+        "for stdout; nothing was written"
+    )
 
 
 def _compute_capability(text: str) -> tuple[int, int]:
@@ -408,38 +536,25 @@ def _versions(args: argparse.Namespace) -> int:
         )
         located = _locate_sites(release) if args.files else {}
         for site in Site:
-            if release.has(site):
-                where = located.get(site, "")
-                print(f"  {site!s:<{width}}  {where}".rstrip())
-            else:
-                since = releases.SITES_SINCE[site]
-                print(f"  {site!s:<{width}}  -- not in this release (from {since})")
+            print(f"  {site!s:<{width}}  {located.get(site, '')}".rstrip())
     return 0
 
 
 def _locate_sites(release: releases.Release) -> dict[Site, str]:
     """Each site's file and line in `release`, or why it was not found."""
-    from .syntax import SiteError, Source
-
     found: dict[Site, list[str]] = {}
     file_ops = targets.file_operations(Design.RESET, release, setup_py_present=False)
-    texts = tree.release_files(release, tuple(fo.path for fo in file_ops))
+    texts = sources.release_files(release, tuple(fo.path for fo in file_ops))
     for fo in file_ops:
-        text = texts[fo.path].decode()
-        for operation in fo.operations:
-            try:
-                where = f"{Path(fo.path).name} {operation.located(Source(text, fo.path))}"
-                text = operation.apply(Source(text, fo.path))
-            except SiteError as error:
-                where = f"NOT FOUND: {error}"
-            if operation.site is not None:
-                found.setdefault(Site(operation.site), []).append(where)
+        for edit in syntax.each_edit(texts[fo.path].decode(), fo, located=True):
+            if edit.operation.site is not None:
+                where = (
+                    f"NOT FOUND: {edit.error}"
+                    if edit.error is not None
+                    else f"{Path(fo.path).name} {edit.where}"
+                )
+                found.setdefault(Site(edit.operation.site), []).append(where)
     return {site: "; ".join(places) for site, places in found.items()}
-
-
-def _print_absent_sites(design: Design, release: releases.Release) -> None:
-    for line in patch.absent_sites(design, release):
-        print(f"  {'no such site':<14} {line}")
 
 
 def _print_reports(reports: Sequence[patch.FileReport]) -> None:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from . import evidence, fork_test, targets
 from .releases import Design, Release
-from .syntax import AddImportedNames, FileOperations, InsertStatements, Operation, Source
+from .syntax import AddImportedNames, FileOperations, InsertStatements, Operation, each_edit
 from .targets import envs
 
 
@@ -556,11 +556,11 @@ def effective_operations(text: str, file_ops: FileOperations) -> list[Operation]
     """The operations of `file_ops` that change `text`, applied in order (an operation
     that holds only in some releases, syntax.OnlyWhere, changes nothing in the others)."""
     effective = []
-    for operation in file_ops.operations:
-        patched = operation.apply(Source(text, file_ops.path))
-        if patched != text:
-            effective.append(operation)
-        text = patched
+    for edit in each_edit(text, file_ops):
+        if edit.error is not None:
+            raise edit.error
+        if edit.text != edit.source.text:
+            effective.append(edit.operation)
     return effective
 
 

@@ -33,7 +33,7 @@ import errno
 import fcntl
 import json
 import os
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -116,10 +116,16 @@ def replace_files(
     changes: Mapping[str, bytes | None],
     prune: Iterable[str] = (),
     what: str = "change",
+    made: Callable[[str], None] | None = None,
 ) -> None:
     """Writes (bytes) or removes (None) each path under `root`, keeping the modes of the
     files it replaces, then removes the directories in `prune` and above them that this
-    leaves empty: all of it or, after any failure, none of it (module docstring)."""
+    leaves empty: all of it or, after any failure, none of it (module docstring).
+
+    `made(what)` is called once every step is done, inside the transaction: an exception
+    before it returns still undoes them all; from its return on, the change stands (the
+    journal's removal, cut short, is finished by the next command).  The command line
+    takes Ctrl-C from then on as "the change is kept", not "undone" (cli.py)."""
     with _locked(root):
         _settle_locked(root)
         plan = _plan(root, changes, prune, what)
@@ -134,6 +140,8 @@ def replace_files(
             raise
         try:
             _forward(root, plan)
+            if made is not None:
+                made(what)
         except BaseException as error:
             try:
                 _replace(journal / MANIFEST, journal / ROLLBACK)

@@ -4,7 +4,8 @@ Nothing is written until every file's new content is known and every directory
 to write is writable: the operations run in memory, and the writes are one
 transaction (journal.py), so a refused, failed or killed command leaves the target
 as it was or, where it was killed after its changes were committed, as it would
-have left it.  Every command first settles a transaction cut short (`settle`).
+have left it.  The command line settles a transaction cut short (journal.settle)
+before it calls any of these.
 A file that the design leaves as it is (no edit in this release) is not written,
 kept or reported as changed.
 
@@ -18,16 +19,19 @@ files `apply` replaced (ORIGINALS), and `revert` gives those back as they were.
 
 from __future__ import annotations
 
+import enum
 import hashlib
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import fork_test, journal, targets, vendor
-from .releases import SITES_SINCE, Design, Release, Site, pristine_sha256
-from .syntax import FileOperations, SiteError, Source, apply_all, revert_all
+from .gitrepo import dirty_paths
+from .releases import Design, Release, pristine_sha256
+from .syntax import FileOperations, SiteError, apply_all, each_edit, revert_all
 from .targets import cmake_lists, ssu_dispatch
-from .tree import Kind, Target, dirty_paths
+from .tree import Kind, Target
 
 ORIGINALS = "vllm/.sr-prefetch-originals"
 """Where `apply` keeps an installed vLLM's replaced files (inside the package, so that
@@ -42,16 +46,59 @@ class PatchError(Exception):
     """The command is refused; the message says why and what to do instead."""
 
 
+class PartlyPatched(PatchError):
+    """The target holds traces of a design but no whole one."""
+
+
+class NotUtf8(PatchError):
+    """A file the patch reads is not UTF-8 text, as vLLM's sources are."""
+
+
+class SymlinkOutside(PatchError):
+    """A file the patch changes is a symlink that leads out of the tree."""
+
+
+class TamperedOriginal(PatchError):
+    """A file `apply` kept (ORIGINALS) is no longer the release's file."""
+
+
+class FileState(str, enum.Enum):
+    """What a command found, or would do, for one file (FileReport.state)."""
+
+    # check
+    WOULD_CHANGE = "would change"
+    WOULD_ADD = "would add"
+    UNCHANGED = "unchanged"
+    APPLIED = "applied"
+    MISSING = "missing"
+    CONFLICT = "conflict"
+    EXISTS = "exists"
+    READ_ONLY = "read-only"
+    # apply and status
+    CHANGED = "changed"
+    ADDED = "added"
+    KEPT = "kept"
+    BUILT = "built"
+    STALE = "stale"
+    UNKNOWN = "unknown"
+    # revert
+    RESTORED = "restored"
+    REMOVED = "removed"
+
+    def __str__(self) -> str:
+        return self.value
+
+
 @dataclass
 class FileReport:
     """What a command found, or would do, for one file."""
 
     path: str
-    state: str
+    state: FileState
     details: list[str] = field(default_factory=list)
 
     def lines(self) -> list[str]:
-        return [f"  {self.state:<14} {self.path}"] + [f"      {line}" for line in self.details]
+        return [f"  {self.state!s:<14} {self.path}"] + [f"      {line}" for line in self.details]
 
 
 @dataclass
@@ -64,28 +111,11 @@ class TreeStatus:
     problem: str | None = None
 
 
-def settle(target: Target) -> str | None:
-    """Finishes or undoes a command on `target` that was cut short (journal.settle);
-    says which, or None.  Every command calls it before it reads the target."""
-    return journal.settle(target.root)
-
-
 def operations(design: Design, target: Target) -> tuple[FileOperations, ...]:
     """The operations of `design` on `target`'s files (setup.py's where it has one)."""
     return targets.file_operations(
         design, target.release, setup_py_present=(target.root / "setup.py").is_file()
     )
-
-
-def absent_sites(design: Design, release: Release) -> list[str]:
-    """The call sites of `design` that `release` does not have, in words."""
-    if design is not Design.RESET:
-        return []
-    return [
-        f"{site} (not in vLLM {release.version}; added in {SITES_SINCE[site]})"
-        for site in Site
-        if not release.has(site)
-    ]
 
 
 def patched_text(target: Target, text: str, file_ops: FileOperations) -> str:
@@ -117,7 +147,7 @@ def _applied(target: Target) -> tuple[Design, list[str]] | None:
             return design, changed
     leftovers = _leftovers(target)
     if leftovers:
-        raise PatchError(
+        raise PartlyPatched(
             f"{target.root} is partly patched ({'; '.join(leftovers)}), neither clean nor a "
             "whole design: restore those files (git checkout -- <file>, or reinstall vLLM), "
             "remove the added files, then apply again"
@@ -133,13 +163,11 @@ def check(target: Target, design: Design) -> tuple[bool, list[FileReport]]:
 
 def _check(target: Target, design: Design) -> tuple[bool, list[FileReport], dict[str, str]]:
     """check's verdict and reports, and the patched text of each file it would change."""
-    settle(target)
-    targets.check_base(target.root, target.release)
     applied = _applied(target)
     current = applied[0] if applied else None
     if applied and current is design:
         touched = applied[1] + _added_paths(target.root)
-        return True, [FileReport(path, "applied") for path in touched], {}
+        return True, [FileReport(path, FileState.APPLIED) for path in touched], {}
     if current is not None:
         raise PatchError(_other_design_message(target.root, current, design))
     reports = []
@@ -148,48 +176,53 @@ def _check(target: Target, design: Design) -> tuple[bool, list[FileReport], dict
     for file_ops in operations(design, target):
         text = _read(target.root, file_ops.path)
         if text is None:
-            reports.append(FileReport(file_ops.path, "missing", ["the file does not exist"]))
+            missing = FileReport(file_ops.path, FileState.MISSING, ["the file does not exist"])
+            reports.append(missing)
             continue
         problems = [_local_edit_reason(target)] if file_ops.path in dirty else []
-        details = []
+        details = _through_link(target.root, file_ops.path)
         original = text
-        for operation in file_ops.operations:
-            try:
-                source = Source(text, file_ops.path)
-                where = operation.located(source)
-                text = operation.apply(source)
-                details.append(f"{operation.why} ({where})")
-            except SiteError as error:
-                problems.append(_moved(target.release, file_ops.path, error))
+        for edit in each_edit(text, file_ops, located=True):
+            if edit.error is not None:
+                problems.append(_moved(target.release, file_ops.path, edit.error))
                 break
+            details.append(f"{edit.operation.why} ({edit.where})")
+            text = edit.text
         if problems:
-            reports.append(FileReport(file_ops.path, "conflict", problems))
+            reports.append(FileReport(file_ops.path, FileState.CONFLICT, problems))
         elif text == original:
-            reports.append(FileReport(file_ops.path, "unchanged", details))
+            reports.append(FileReport(file_ops.path, FileState.UNCHANGED, details))
         else:
-            reports.append(FileReport(file_ops.path, "would change", details))
+            reports.append(FileReport(file_ops.path, FileState.WOULD_CHANGE, details))
             patched[file_ops.path] = text
     added = sorted(_added_files(target, design))
     for path in added:
         exists = (target.root / path).exists()
         reports.append(
-            FileReport(
-                path, "exists" if exists else "would add", ["already there"] if exists else []
-            )
+            FileReport(path, FileState.EXISTS, ["already there"])
+            if exists
+            else FileReport(path, FileState.WOULD_ADD)
         )
     ok = all(report.state in _APPLICABLE for report in reports)
     if ok:
-        written = [r.path for r in reports if r.state != "unchanged"]
+        written = [
+            _real_path(target.root, r.path) for r in reports if r.state != FileState.UNCHANGED
+        ]
         if target.kind is Kind.INSTALLED:
-            written += [f"{ORIGINALS}/{r.path}" for r in reports if r.state == "would change"]
+            written += [
+                f"{ORIGINALS}/{r.path}" for r in reports if r.state == FileState.WOULD_CHANGE
+            ]
         reports += _unwritable(target.root, written)
     return ok and all(report.state in _APPLICABLE for report in reports), reports, patched
 
 
-def apply(target: Target, design: Design) -> tuple[bool, list[FileReport]]:
-    """Applies `design`; returns (changed, per-file report).  Refuses with PatchError."""
+def apply(
+    target: Target, design: Design, made: Callable[[str], None] | None = None
+) -> tuple[bool, list[FileReport]]:
+    """Applies `design`; returns (changed, per-file report).  Refuses with PatchError.
+    `made` is journal.replace_files': told once the change is made."""
     ok, reports, patched = _check(target, design)
-    if all(report.state == "applied" for report in reports):
+    if all(report.state == FileState.APPLIED for report in reports):
         return False, reports
     if not ok:
         failing = [
@@ -201,41 +234,52 @@ def apply(target: Target, design: Design) -> tuple[bool, list[FileReport]]:
         )
     changes: dict[str, bytes | None] = {}
     for path, text in patched.items():
-        changes[path] = text.encode()
+        changes[_real_path(target.root, path)] = text.encode()
         if target.kind is Kind.INSTALLED:
             changes[f"{ORIGINALS}/{path}"] = (target.root / path).read_bytes()
     changes.update(_added_files(target, design))
-    journal.replace_files(target.root, changes, what=f"apply of the {design} design")
-    done = {"would change": "changed", "would add": "added", "unchanged": "unchanged"}
-    return True, [FileReport(r.path, done[r.state], r.details) for r in reports]
+    journal.replace_files(target.root, changes, what=f"apply of the {design} design", made=made)
+    return True, [FileReport(r.path, _DONE[r.state], r.details) for r in reports]
 
 
-def revert(target: Target) -> tuple[Design | None, list[FileReport]]:
-    """Takes the applied design back out; returns (design, per-file report) or (None, [])."""
-    settle(target)
+_DONE = {
+    FileState.WOULD_CHANGE: FileState.CHANGED,
+    FileState.WOULD_ADD: FileState.ADDED,
+    FileState.UNCHANGED: FileState.UNCHANGED,
+}
+"""What apply made of each state check reported."""
+
+
+def revert(
+    target: Target, made: Callable[[str], None] | None = None
+) -> tuple[Design | None, list[FileReport]]:
+    """Takes the applied design back out; returns (design, per-file report) or (None, []).
+    `made` is journal.replace_files': told once the change is made."""
     design = applied_design(target)
     if design is None:
         return None, []
     changes: dict[str, bytes | None] = {}
     reports = []
     for file_ops in operations(design, target):
-        kept = target.root / ORIGINALS / file_ops.path
-        current = (target.root / file_ops.path).read_bytes()
-        if kept.is_file():
-            if patched_text(target, kept.read_bytes().decode(), file_ops).encode() != current:
+        current = _read(target.root, file_ops.path) or ""
+        kept = _kept(target, file_ops.path)
+        if kept is not None:
+            if patched_text(target, kept, file_ops) != current:
+                replaced = target.root / ORIGINALS / file_ops.path
                 raise PatchError(
                     f"{file_ops.path} was changed after the patch was applied; nothing was "
-                    f"reverted (the file apply replaced is {kept})"
+                    f"reverted (the file apply replaced is {replaced})"
                 )
-            original, how = kept.read_bytes(), ["the file apply replaced"]
+            original, how = kept, ["the file apply replaced"]
         else:
-            original, how = revert_all(current.decode(), file_ops).encode(), []
+            original, how = revert_all(current, file_ops), []
         if original != current:
-            changes[file_ops.path] = original
-            reports.append(FileReport(file_ops.path, "restored", how))
+            changes[_real_path(target.root, file_ops.path)] = original.encode()
+            how = _through_link(target.root, file_ops.path) + how
+            reports.append(FileReport(file_ops.path, FileState.RESTORED, how))
     for path in _added_paths(target.root):
         changes[path] = None
-        reports.append(FileReport(path, "removed"))
+        reports.append(FileReport(path, FileState.REMOVED))
     for path in _bytecode(target.root):
         changes[path] = None
     unwritable = _unwritable(target.root, list(changes))
@@ -254,21 +298,40 @@ def revert(target: Target) -> tuple[Design | None, list[FileReport]]:
             str(Path(cmake_lists.SOURCE).parent),
         ],
         what=f"revert of the {design} design",
+        made=made,
     )
     return design, reports
 
 
+def _kept(target: Target, path: str) -> str | None:
+    """The text of `path` that apply kept in an installed vLLM (ORIGINALS), or None;
+    TamperedOriginal where it is no longer the release's file (apply keeps only that:
+    it refuses, outside git, a file that differs from the release's)."""
+    kept = f"{ORIGINALS}/{path}"
+    text = _read(target.root, kept)
+    if text is None:
+        return None
+    version = target.release.version
+    shipped = pristine_sha256().get(version, {}).get(path)
+    if shipped is not None and hashlib.sha256(text.encode()).hexdigest() != shipped:
+        raise TamperedOriginal(
+            f"{kept}, the copy apply kept of {path}, was changed since: it is not vLLM "
+            f"{version}'s file; nothing was reverted: delete it (revert then takes the patch "
+            f"out of {path} by its structure), or reinstall vLLM {version}"
+        )
+    return text
+
+
 def status(target: Target) -> TreeStatus:
     """The design applied, and the files it touched, with their state."""
-    settle(target)
     try:
         applied = _applied(target)
-    except PatchError as error:
+    except PartlyPatched as error:
         return TreeStatus(target, None, [], str(error))
     if applied is None:
         return TreeStatus(target, None, [])
     design, changed = applied
-    files = [FileReport(path, "changed") for path in changed]
+    files = [FileReport(path, FileState.CHANGED) for path in changed]
     files += [
         FileReport(path, _added_state(path), _BUILT_DETAILS if path == BUILT_OP else [])
         for path in _added_paths(target.root)
@@ -276,16 +339,16 @@ def status(target: Target) -> TreeStatus:
     try:
         expected = _added_files(target, design)
     except vendor.VendorError as error:
-        files.append(FileReport(vendor.VENDORED_PACKAGE, "unknown", [str(error)]))
+        files.append(FileReport(vendor.VENDORED_PACKAGE, FileState.UNKNOWN, [str(error)]))
         return TreeStatus(target, design, files)
     present = {path: (target.root / path).read_bytes() for path in _added_paths(target.root)}
-    present = {p: d for p, d in present.items() if _added_state(p) == "added"}
+    present = {p: d for p, d in present.items() if _added_state(p) == FileState.ADDED}
     if present != expected:
         stale = sorted(p for p in set(present) | set(expected) if present.get(p) != expected.get(p))
         files.append(
             FileReport(
                 vendor.VENDORED_PACKAGE,
-                "stale",
+                FileState.STALE,
                 [
                     f"differs from what runner_hooks produces now: {', '.join(stale)}",
                     f"refresh it with: sr-prefetch revert {target.root} && "
@@ -296,10 +359,12 @@ def status(target: Target) -> TreeStatus:
     return TreeStatus(target, design, files)
 
 
-def _added_state(path: str) -> str:
+def _added_state(path: str) -> FileState:
     """How status names a file a design added: kept (an original), built (build-op's
     library) or added."""
-    return "kept" if path.startswith(ORIGINALS) else "built" if path == BUILT_OP else "added"
+    if path.startswith(ORIGINALS):
+        return FileState.KEPT
+    return FileState.BUILT if path == BUILT_OP else FileState.ADDED
 
 
 _BUILT_DETAILS = ["the seed op's library, placed by sr-prefetch build-op"]
@@ -380,7 +445,7 @@ def _bytecode(root: Path) -> list[str]:
     return sorted(path.relative_to(root).as_posix() for path in caches if path.is_file())
 
 
-_APPLICABLE = ("would change", "would add", "unchanged")
+_APPLICABLE = (FileState.WOULD_CHANGE, FileState.WOULD_ADD, FileState.UNCHANGED)
 """The states of check's reports that apply can act on."""
 
 
@@ -396,7 +461,7 @@ def _unwritable(root: Path, paths: list[str]) -> list[FileReport]:
     return [
         FileReport(
             str(folder.relative_to(root)),
-            "read-only",
+            FileState.READ_ONLY,
             [
                 f"{folder} is not writable (its mode, its owner, or a read-only file system), "
                 f"so {', '.join(written)} cannot be written there: make it writable, or run "
@@ -417,7 +482,10 @@ def _local_edits(target: Target, design: Design) -> list[str]:
     """
     paths = [fo.path for fo in operations(design, target)]
     if target.kind is Kind.GIT:
-        return dirty_paths(target.root, paths)
+        real = {
+            _real_path(target.root, path): path for path in paths if (target.root / path).exists()
+        }
+        return [real[path] for path in dirty_paths(target.root, list(real))]
     shipped = pristine_sha256().get(target.release.version, {})
     return [
         path
@@ -445,6 +513,41 @@ def _other_design_message(root: Path, current: Design, wanted: Design) -> str:
 
 
 def _read(root: Path, path: str) -> str | None:
-    """The file's text exactly as stored (no newline translation), or None."""
+    """The file's text exactly as stored (no newline translation), or None; NotUtf8
+    where it is not UTF-8."""
     file = root / path
-    return file.read_bytes().decode("utf-8") if file.is_file() else None
+    if not file.is_file():
+        return None
+    data = file.read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise NotUtf8(
+            f"{path} is not UTF-8 text (byte 0x{data[error.start]:02x} at offset "
+            f"{error.start}), as vLLM's sources are: save it as UTF-8 (e.g. iconv -f latin1 "
+            "-t utf-8), or restore vLLM's file; nothing was changed"
+        ) from None
+
+
+def _real_path(root: Path, path: str) -> str:
+    """The file that `path` names, as a path in the tree: itself, or where the symlinks
+    on its way lead (the journal replaces a file whole, so a link is written through, and
+    stays a link); SymlinkOutside where they lead out of the tree."""
+    file = root / path
+    real = file.resolve()
+    if real == file:
+        return path
+    if not real.is_relative_to(root):
+        how = "is a symlink" if file.is_symlink() else "lies behind a symlink"
+        raise SymlinkOutside(
+            f"{path} {how} to {real}, outside {root}, and sr-prefetch changes files in the "
+            f"tree only: replace the link by a copy of the file (cp --remove-destination "
+            f"{real} {file}), or patch the tree it points into; nothing was changed"
+        )
+    return real.relative_to(root).as_posix()
+
+
+def _through_link(root: Path, path: str) -> list[str]:
+    """check's, apply's and revert's word on a file written through a symlink."""
+    real = _real_path(root, path)
+    return [f"written through the symlink to {real}"] if real != path else []

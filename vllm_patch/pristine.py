@@ -10,16 +10,16 @@ import hashlib
 import json
 from pathlib import Path
 
-from . import targets, tree
+from . import sources, targets
 from .releases import RELEASES
 
 
 def refresh() -> None:
-    """Reads every release's target files (tree.release_files) and writes their sha256."""
+    """Reads every release's target files (sources.release_files) and writes their sha256."""
     data: dict[str, dict[str, str]] = {}
     for release in RELEASES:
         paths = targets.paths(release)
-        files = tree.release_files(release, paths)
+        files = sources.release_files(release, paths)
         data[release.version] = {path: hashlib.sha256(files[path]).hexdigest() for path in paths}
         print(release.version, "ok")
     Path(__file__).with_name("pristine_sha256.json").write_text(

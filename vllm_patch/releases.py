@@ -6,9 +6,8 @@ before each FlashInfer SSU call (`FlashInferSSUBackend.__call__` in
 structure (targets/), and read what differs in the code itself where they
 can (how the release names the Mamba types, whether `initialize_mamba_ssu_backend`
 takes `use_replayssm`, which variables a `set_forward_context` call is given).
-What cannot be read off the code is a site that a release adds or drops, and a
-file it adds: `SITES_SINCE` and `FILES_SINCE` below.  A release that moves
-nothing needs no entry there.
+What cannot be read off the code is a file a release adds: `FILES_SINCE` below.
+Every supported release has every call site (`Site`).
 """
 
 from __future__ import annotations
@@ -58,14 +57,6 @@ class Release:
     def key(self) -> tuple[int, ...]:
         return tuple(int(part) for part in self.version.split("."))
 
-    def has(self, site: Site) -> bool:
-        since = SITES_SINCE.get(site)
-        return since is None or self.key >= _key(since)
-
-    @property
-    def sites(self) -> list[Site]:
-        return [site for site in Site if self.has(site)]
-
     def has_file(self, path: str) -> bool:
         since = FILES_SINCE.get(path)
         return since is None or self.key >= _key(since)
@@ -95,8 +86,8 @@ RELEASES: tuple[Release, ...] = (
 """Oldest first; the newest is what `sr-prefetch apply` with no PATH patches."""
 
 SITES_SINCE: dict[Site, str] = {}
-"""The per-release differences the code cannot tell: sites a release added (none: every
-supported release has every site)."""
+"""Empty, and read only by targets/__init__.py (check_base's `_SITE_DETECTORS` loop),
+which goes with it: every supported release has every site."""
 
 FILES_SINCE: dict[str, str] = {
     # The Triton ReplaySSM kernel's wrapper arrived in 0.27.0.
@@ -146,7 +137,10 @@ def base_of(version: str) -> tuple[Release, str | None]:
     """
     match = _RELEASE_PREFIX.match(version)
     if match is None:
-        raise UnsupportedRelease(f"cannot read a release number from vLLM version {version!r}")
+        raise UnsupportedRelease(
+            f"cannot read a release number from vLLM version {version!r}: name the release "
+            "it is based on with --base RELEASE"
+        )
     number = ".".join(match.groups())
     rest = version[match.end() :]
     # A local (+...) or post (.postN) version comes after its release; a dev, alpha,

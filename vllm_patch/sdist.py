@@ -20,7 +20,8 @@ from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from . import releases, tree, wheel
+from . import releases, wheel
+from .cache import cache_dir
 
 INSTALL_STEP = "python -m vllm_patch.sdist"
 """The command that fetches sdists into the cache (CI runs it in .ci/install-checks.sh)."""
@@ -38,7 +39,7 @@ class SdistMissing(SdistError):
 
 def path(version: str) -> Path:
     """Where the sdist of vLLM `version` is cached."""
-    return tree.cache_dir() / "sdists" / f"vllm-{version}.tar.gz"
+    return cache_dir() / "sdists" / f"vllm-{version}.tar.gz"
 
 
 def cached(version: str) -> bool:

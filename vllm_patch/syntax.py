@@ -704,13 +704,39 @@ class FileOperations:
     operations: tuple[Operation, ...] = field(default_factory=tuple)
 
 
+@dataclass(frozen=True)
+class Edit:
+    """One operation of a file's, applied by each_edit: the text it was applied to, the
+    text it made, where it landed (asked for with `located`), or the SiteError that
+    stopped it, in which case `text` is the text it was given."""
+
+    operation: Operation
+    source: Source
+    text: str
+    where: str | None = None
+    error: SiteError | None = None
+
+
+def each_edit(text: str, operations: FileOperations, *, located: bool = False) -> Iterator[Edit]:
+    """Every operation of `operations`, applied in order from `text`: an Edit each.  One
+    that fails leaves the text as it was for the next; the caller stops or goes on."""
+    for operation in operations.operations:
+        source = Source(text, operations.path)
+        try:
+            where = operation.located(source) if located else None
+            text = operation.apply(source)
+        except SiteError as error:
+            yield Edit(operation, source, text, error=error)
+            continue
+        yield Edit(operation, source, text, where)
+
+
 def apply_all(text: str, operations: FileOperations) -> str:
     """`text` with every operation applied, or SiteError naming the first that fails."""
-    for operation in operations.operations:
-        try:
-            text = operation.apply(Source(text, operations.path))
-        except SiteError as error:
-            raise SiteError(f"{operation.why}: {error}") from None
+    for edit in each_edit(text, operations):
+        if edit.error is not None:
+            raise SiteError(f"{edit.operation.why}: {edit.error}")
+        text = edit.text
     return text
 
 

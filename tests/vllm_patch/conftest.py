@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from vllm_patch import releases, tree
+from vllm_patch import gitrepo, releases, sources
 
 PATCHED_TREE_ENV = "SR_PREFETCH_PATCHED_TREE"
 
@@ -25,15 +25,15 @@ collect_ignore = [] if os.environ.get(PATCHED_TREE_ENV) else ["patched"]
 def pristine(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A clean work tree of the cached pristine tree of the newest release (built on
     first use); the cached one's work tree may carry `sr-prefetch apply`'s patch."""
-    return tree.clone(
-        tree.pristine_tree(releases.NEWEST), tmp_path_factory.mktemp("pristine") / "vllm"
+    return gitrepo.clone(
+        sources.pristine_tree(releases.NEWEST), tmp_path_factory.mktemp("pristine") / "vllm"
     )
 
 
 @pytest.fixture
 def vllm_tree(pristine: Path, tmp_path: Path) -> Path:
     """A fresh git clone of the newest release's pristine tree for one test."""
-    return tree.clone(pristine, tmp_path / "vllm")
+    return gitrepo.clone(pristine, tmp_path / "vllm")
 
 
 @pytest.fixture

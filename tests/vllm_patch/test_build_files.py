@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.vllm_patch.helpers import commit, run, small_git_copy
-from vllm_patch import releases, sdist, targets, tree
+from vllm_patch import cache, releases, sdist, targets
 from vllm_patch.releases import Design
 from vllm_patch.syntax import SiteError, Source, apply_all, landing, revert_all
 from vllm_patch.targets import cmake_lists, custom_ops, setup_py
@@ -254,7 +254,7 @@ def test_the_build_files_are_edited_only_in_a_source_tree_by_the_reset_design() 
 def test_the_pristine_tree_has_the_release_s_build_files(pristine: Path) -> None:
     for path in BUILD_FILES:
         assert (pristine / path).read_text() == release_file(releases.NEWEST, path)
-    assert tree.pristine_path(releases.NEWEST).name == f"vllm-{releases.NEWEST.version}"
+    assert cache.pristine_path(releases.NEWEST).name == f"vllm-{releases.NEWEST.version}"
 
 
 # --- the export ----------------------------------------------------------------------------

@@ -21,7 +21,20 @@ from typing import Any
 import pytest
 
 from tests.vllm_patch.helpers import commit, git, run, small_copy, small_git_copy, snapshot
-from vllm_patch import cli, designs, fork_test, patch, releases, syntax, targets, tree, vendor
+from vllm_patch import (
+    cli,
+    designs,
+    fork_test,
+    gitrepo,
+    patch,
+    releases,
+    sources,
+    syntax,
+    targets,
+    tree,
+    vendor,
+)
+from vllm_patch.cache import pristine_path
 from vllm_patch.designs import DESIGNS
 from vllm_patch.releases import NEWEST, Design, Site
 from vllm_patch.targets import (
@@ -199,7 +212,7 @@ def test_export_applies_with_git_am_and_gives_the_same_files(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     # export patches a clone of the cached pristine tree: here a small copy of it.
-    small_git_copy(pristine, tree.pristine_path(NEWEST))
+    small_git_copy(pristine, pristine_path(NEWEST))
     mail = tmp_path / f"{design}.patch"
     status, out = run(capsys, "export", "--design", design, "-o", mail)
     assert status == 0, out
@@ -244,7 +257,7 @@ def test_export_to_stdout_writes_the_patch_there_and_no_file(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    small_git_copy(pristine, tree.pristine_path(NEWEST))
+    small_git_copy(pristine, pristine_path(NEWEST))
     monkeypatch.chdir(tmp_path)
     assert cli.main(["export", "-o", "-"]) == 0
     captured = capsys.readouterr()
@@ -387,9 +400,9 @@ def test_export_without_an_identity_falls_back_to_its_own_and_says_so(
     mail = tmp_path / "anonymous.patch"
     status, out = run(capsys, "export", "-o", mail)
     assert status == 0, out
-    assert f"the patch's author is {tree.OWN_IDENTITY}" in out
+    assert f"the patch's author is {gitrepo.OWN_IDENTITY}" in out
     author, message = exported(mail, small_tree)
-    assert author == str(tree.OWN_IDENTITY)
+    assert author == str(gitrepo.OWN_IDENTITY)
     assert "Signed-off-by:" not in message
 
 
@@ -400,7 +413,7 @@ def test_export_help_says_whose_identity_signs_and_authors(
         cli.main(["export", "--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert "--signoff" in text and "Signed-off-by" in text and "DCO" in text
-    assert str(tree.OWN_IDENTITY) in text
+    assert str(gitrepo.OWN_IDENTITY) in text
 
 
 def test_status_of_an_unpatched_tree_names_its_base_not_a_patch(
@@ -457,7 +470,7 @@ def test_the_pristine_tree_is_the_newest_release_s_source(pristine: Path) -> Non
 def test_apply_without_a_path_patches_the_cached_pristine_tree(
     pristine: Path, cache: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    cached = small_git_copy(pristine, tree.pristine_path(NEWEST))
+    cached = small_git_copy(pristine, pristine_path(NEWEST))
     status, out = run(capsys, "apply")
     assert status == 0, out
     assert f"at {cached}" in out and f"git -C {cached} diff" in out
@@ -475,9 +488,9 @@ def test_base_picks_the_release_that_apply_and_export_patch_without_a_path(
 ) -> None:
     # The older release's pristine tree is built once in the shared cache; this test's
     # own cache gets a small copy of it.
-    shared = tree.pristine_tree(OLDER)
+    shared = sources.pristine_tree(OLDER)
     monkeypatch.setenv("SR_PREFETCH_CACHE", str(tmp_path / "cache"))
-    cached = small_git_copy(shared, tree.pristine_path(OLDER), OLDER)
+    cached = small_git_copy(shared, pristine_path(OLDER), OLDER)
     capsys.readouterr()
 
     mail = tmp_path / "older.patch"
@@ -574,7 +587,7 @@ def test_versions_lists_every_release_with_its_pins_and_call_sites(
     for release in releases.RELEASES:
         assert f"{release.version}  torch=={release.torch}  " in out
         assert f"flashinfer-python=={release.flashinfer}" in out
-    assert "not in this release" not in out  # releases.SITES_SINCE is empty
+    assert "not in this release" not in out  # every release has every site
     assert all(str(site) in out for site in Site)
 
 
@@ -584,7 +597,7 @@ def test_versions_with_files_locates_every_call_site(
     # The newest release only, its files read from the pristine tree rather than its wheel.
     monkeypatch.setattr(cli, "RELEASES", (NEWEST,))
     monkeypatch.setattr(
-        tree,
+        sources,
         "release_files",
         lambda release, paths: {p: (pristine / p).read_bytes() for p in paths},
     )
@@ -597,7 +610,7 @@ def test_versions_with_files_locates_every_call_site(
         Site.V2_EXECUTE_MODEL: v2_runner.PATH,
         Site.V2_CAPTURE: v2_cudagraph.PATH,
     }
-    assert set(hooked_in) == set(NEWEST.sites)
+    assert set(hooked_in) == set(Site)
     for site, path in hooked_in.items():
         line = next(line for line in out.splitlines() if line.startswith(f"  {site}  "))
         assert f"{Path(path).name} line " in line, line

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from vllm_patch import designs, evidence, fork_test, patch, releases, syntax, targets, tree
+from vllm_patch import designs, evidence, fork_test, patch, releases, sources, syntax, targets, tree
 from vllm_patch.releases import RELEASES, Design, Site
 from vllm_patch.syntax import apply_all
 
@@ -72,7 +72,7 @@ def problems(
         if op.site is not None
     }
     for site in Site:
-        if str(site) in text and not (release.has(site) and site in hooked):
+        if str(site) in text and site not in hooked:
             found.append(f"names {site}, which the patch does not hook in {release.version}")
         if site in hooked and str(site) not in text:
             found.append(f"does not name the call site {site}")
@@ -81,7 +81,7 @@ def problems(
 
 def release_originals(release: releases.Release) -> dict[str, str]:
     paths = targets.paths(release)
-    return {path: data.decode() for path, data in tree.release_files(release, paths).items()}
+    return {path: data.decode() for path, data in sources.release_files(release, paths).items()}
 
 
 def added_files(design: Design, release: releases.Release) -> dict[str, bytes]:

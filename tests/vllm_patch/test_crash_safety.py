@@ -20,12 +20,10 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
-import hashlib
 import io
 import os
 import random
 import shutil
-import stat
 import subprocess
 import sys
 import threading
@@ -37,10 +35,17 @@ from typing import Any
 
 import pytest
 
-from tests.vllm_patch.helpers import TREE_FILES, commit, git, tree_files
-from vllm_patch import cli, journal, patch, releases, tree
+from tests.vllm_patch.helpers import (
+    TREE_FILES,
+    commit,
+    full_snapshot,
+    git,
+    read_only,
+    tree_files,
+)
+from vllm_patch import cli, journal, patch, releases, sources
 from vllm_patch.releases import Design
-from vllm_patch.targets import mamba_mixer2
+from vllm_patch.targets import mamba_mixer2, mamba_ssm
 
 REPO = Path(__file__).resolve().parents[2]
 PRIMITIVES = ("_mkdir", "_write", "_fsync", "_replace", "_unlink", "_rmdir")
@@ -48,37 +53,20 @@ EXECUTABLE = "vllm/v1/worker/gpu_model_runner.py"
 """A file given mode 0o755 in every test tree: its mode must survive apply and revert."""
 READ_ONLY_FILE = "vllm/envs.py"
 """A file given mode 0o444 in the trees that are not git trees (git keeps only 0o755)."""
+SYMLINKED = mamba_ssm.PATH
+"""A target file that is a relative symlink, in every test tree, to LINKED: apply and
+revert write through it, and it stays a link."""
+LINKED = "vllm/model_executor/layers/mamba/ops/mamba_ssm_impl.py"
+NOT_UTF8 = os.fsdecode(b"vllm/model_executor/layers/mamba/ops/notes-caf\xe9.txt")
+"""A file beside the targets whose name and bytes are latin-1, in every test tree: the
+journal writes beside it and must leave it as it is."""
 
 
-def full_snapshot(root: Path) -> dict[str, tuple[Any, ...]]:
-    """Every entry under `root` (but a top-level .git): its type, mode and, for a
-    file, sha256: equal snapshots, equal trees."""
-    entries: dict[str, tuple[Any, ...]] = {}
-    for directory, dirs, files in os.walk(root):
-        relative = Path(directory).relative_to(root)
-        if relative == Path("."):
-            dirs[:] = [name for name in dirs if name != ".git"]
-        for name in dirs + files:
-            path = Path(directory) / name
-            info = os.lstat(path)
-            key = (relative / name).as_posix()
-            if stat.S_ISREG(info.st_mode):
-                entries[key] = ("file", stat.S_IMODE(info.st_mode), _digest(path, info))
-            else:
-                entries[key] = (stat.filemode(info.st_mode), stat.S_IMODE(info.st_mode))
-    return entries
-
-
-_DIGESTS: dict[tuple[int, ...], str] = {}
-
-
-def _digest(path: Path, info: os.stat_result) -> str:
-    """sha256 of the file, remembered per inode and version: the fault loops' trees share
-    the unchanged files by hard links (copy_tree), which sr-prefetch replaces, never edits."""
-    key = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
-    if key not in _DIGESTS:
-        _DIGESTS[key] = hashlib.sha256(path.read_bytes()).hexdigest()
-    return _DIGESTS[key]
+def odd_files(root: Path) -> None:
+    """Makes SYMLINKED a symlink to LINKED, and writes NOT_UTF8."""
+    (root / SYMLINKED).rename(root / LINKED)
+    (root / SYMLINKED).symlink_to(Path(LINKED).name)
+    (root / NOT_UTF8).write_bytes(b"caf\xe9\n")
 
 
 def small_installed(source: Path, root: Path, release: releases.Release) -> Path:
@@ -94,6 +82,7 @@ def small_installed(source: Path, root: Path, release: releases.Release) -> Path
     )
     os.chmod(root / EXECUTABLE, 0o755)
     os.chmod(root / READ_ONLY_FILE, 0o444)
+    odd_files(root)
     return root
 
 
@@ -103,6 +92,7 @@ def small_git(source: Path, root: Path) -> Path:
         (root / path).parent.mkdir(parents=True, exist_ok=True)
         (root / path).write_bytes((source / path).read_bytes())
     os.chmod(root / EXECUTABLE, 0o755)
+    odd_files(root)
     git(root, "init", "-q")
     git(root, "add", "--all")
     commit(root, f"vLLM v{releases.NEWEST.version}")
@@ -238,6 +228,10 @@ def transactions(
     apply = recorded(["apply", root], root, base)
     revert = recorded(["revert", root], root, base)
     assert revert.after == apply.before
+    # The symlinked target was written through, and is a link still.
+    assert apply.after[SYMLINKED] == apply.before[SYMLINKED] == ("symlink", Path(LINKED).name)
+    assert apply.after[LINKED] != apply.before[LINKED]
+    assert apply.after[NOT_UTF8] == apply.before[NOT_UTF8]
     return {"apply": apply, "revert": revert}
 
 
@@ -412,26 +406,6 @@ def test_kill_9_at_random_instants(pristine: Path, tmp_path: Path) -> None:
 # --- refusals, reports and Ctrl-C ------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def read_only(directory: Path) -> Iterator[None]:
-    """`directory` unwritable: by its mode, or, for root (whom modes do not stop), by the
-    immutable attribute (chattr +i)."""
-    if os.geteuid() != 0:
-        mode = directory.stat().st_mode
-        directory.chmod(0o555)
-        try:
-            yield
-        finally:
-            directory.chmod(mode)
-        return
-    if subprocess.run(["chattr", "+i", str(directory)], capture_output=True).returncode:
-        pytest.skip("running as root, and chattr +i cannot make a directory read-only here")
-    try:
-        yield
-    finally:
-        subprocess.run(["chattr", "-i", str(directory)], check=True)
-
-
 @pytest.fixture
 def installed_033(pristine: Path, tmp_path: Path) -> Path:
     return small_installed(pristine, tmp_path / "site", releases.NEWEST)
@@ -470,7 +444,7 @@ def test_a_file_with_no_edit_is_neither_kept_nor_reported_changed(
     # vLLM 0.26.0's mamba_mixer2.py has no Triton ReplaySSM call, so no edit: the
     # patch leaves it out of every report and keeps no copy of it.
     release = releases.get("0.26.0")
-    files = tree.release_files(release, tree_files(release))
+    files = sources.release_files(release, tree_files(release))
     source = tmp_path / "files"
     for path, data in files.items():
         (source / path).parent.mkdir(parents=True, exist_ok=True)

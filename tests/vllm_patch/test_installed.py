@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.vllm_patch.helpers import run, snapshot
-from vllm_patch import fork_test, patch, releases, targets, tree, vendor
+from vllm_patch import cache, fork_test, patch, releases, sources, targets, tree, vendor
 from vllm_patch.releases import Design
 from vllm_patch.targets import cmake_lists, custom_ops, setup_py
 
@@ -34,7 +34,7 @@ def wheel_026(tmp_path_factory: pytest.TempPathFactory) -> Path:
     release = releases.get("0.26.0")
     dist = "vllm-0.26.0.dist-info"
     paths = (*targets.paths(release), "vllm/__init__.py", "vllm/_version.py")
-    files = tree.release_files(release, (*paths, f"{dist}/METADATA", f"{dist}/WHEEL"))
+    files = sources.release_files(release, (*paths, f"{dist}/METADATA", f"{dist}/WHEEL"))
     record = [f"{path},sha256={_digest(data)},{len(data)}" for path, data in sorted(files.items())]
     files[f"{dist}/RECORD"] = ("\n".join([*record, f"{dist}/RECORD,,"]) + "\n").encode()
     wheel = tmp_path_factory.mktemp("wheel") / "vllm-0.26.0-py3-none-any.whl"
@@ -66,10 +66,10 @@ def site_026(wheel_026: Path, tmp_path: Path) -> Path:
 @pytest.fixture(scope="module")
 def pip_installed_033(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """vLLM 0.33.0 installed by pip (no dependencies) into a throwaway site directory."""
-    wheels = sorted(tree.wheel_dir().glob("vllm-0.33.0-*.whl"))
+    wheels = sorted(cache.wheel_dir().glob("vllm-0.33.0-*.whl"))
     if not wheels:
         pytest.skip(
-            f"no vLLM 0.33.0 wheel in {tree.wheel_dir()}: .ci/install-vllm.sh puts it there"
+            f"no vLLM 0.33.0 wheel in {cache.wheel_dir()}: .ci/install-vllm.sh puts it there"
         )
     site = tmp_path_factory.mktemp("pip") / "site-packages"
     pip_install(site, wheels[0])

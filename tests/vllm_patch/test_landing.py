@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from vllm_patch import fork_test, releases, targets
+from vllm_patch import fork_test, releases, sources, targets
 from vllm_patch.syntax import LANDING_DIR
 
 REPO = Path(__file__).resolve().parents[2]
@@ -40,11 +40,10 @@ def test_every_landing_file_is_used(path: Path) -> None:
 def test_the_patched_lines_fit_88_columns_in_the_newest_release() -> None:
     """The lines the patch adds or changes, placeholders filled, as vLLM's ruff wants them
     (0.33.0: the names it reads off the code are short there)."""
-    from vllm_patch import tree
     from vllm_patch.syntax import apply_all
 
     release = releases.NEWEST
-    files = tree.release_files(release, targets.PATHS)
+    files = sources.release_files(release, targets.PATHS)
     for design in releases.Design:
         for file_ops in targets.file_operations(design, release, setup_py_present=True):
             before = set(files[file_ops.path].decode().splitlines())

@@ -21,7 +21,7 @@ import pytest
 
 from tests.vllm_patch.conftest import PATCHED_TREE_ENV
 from tests.vllm_patch.helpers import git
-from vllm_patch import cli, releases, targets, tree
+from vllm_patch import cli, gitrepo, releases, sources, targets, tree
 from vllm_patch.releases import Design, Site
 from vllm_patch.syntax import FileOperations, apply_all
 
@@ -54,14 +54,14 @@ def release_pristine(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Path:
     release = releases.get(request.param)
-    return tree.clone(
-        tree.pristine_tree(release), tmp_path_factory.mktemp(release.version) / "vllm"
+    return gitrepo.clone(
+        sources.pristine_tree(release), tmp_path_factory.mktemp(release.version) / "vllm"
     )
 
 
 @pytest.fixture
 def release_tree(release_pristine: Path, tmp_path: Path) -> Path:
-    return tree.clone(release_pristine, tmp_path / "vllm")
+    return gitrepo.clone(release_pristine, tmp_path / "vllm")
 
 
 def run_patched_tests(root: Path, design: str, *tests: str) -> subprocess.CompletedProcess[str]:
@@ -124,8 +124,8 @@ def reset_trees(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     rewrites one file and puts it back."""
     trees = {}
     for version in RELEASES:
-        root = tree.clone(
-            tree.pristine_tree(releases.get(version)), tmp_path_factory.mktemp(version) / "vllm"
+        root = gitrepo.clone(
+            sources.pristine_tree(releases.get(version)), tmp_path_factory.mktemp(version) / "vllm"
         )
         assert cli.main(["apply", str(root)]) == 0
         trees[version] = root

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.vllm_patch.helpers import small_git_copy, snapshot
-from vllm_patch import tree
+from vllm_patch import cache
 from vllm_patch.releases import NEWEST
 
 REPO = Path(__file__).resolve().parents[2]
@@ -26,7 +26,7 @@ def env(tmp_path: Path, pristine: Path) -> dict[str, str]:
     blocker = tmp_path / "blocker"
     blocker.mkdir()
     (blocker / "sitecustomize.py").write_text(BLOCKER)
-    cached = tree.pristine_path(NEWEST).relative_to(tree.cache_dir())
+    cached = cache.pristine_path(NEWEST).relative_to(cache.cache_dir())
     small_git_copy(pristine, tmp_path / "cache" / cached)
     return dict(
         os.environ,
