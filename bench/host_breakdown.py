@@ -1,4 +1,4 @@
-"""Where the explicit-reset design's eager host time goes, piece by piece of its hot path.
+"""Where the reset design's eager host time goes, piece by piece of its hot path.
 
 On a CUDA machine with FlashInfer, from the repository root (the same setup as
 `pytest bench`, README.md):
@@ -7,7 +7,7 @@ On a CUDA machine with FlashInfer, from the repository root (the same setup as
 
 Host µs to enqueue one eager decode step (a synchronize before each sample,
 outside it), for the floor (one fixed seed, nothing drawn) and for the floor
-plus one piece of the explicit-reset prefetcher's work at a time, then the
+plus one piece of the reset prefetcher's work at a time, then the
 whole design, in interleaved rounds shuffled by a seeded generator
 (step_timing.py).  Each figure is a median with its bootstrap 95% interval and the
 IQR; "over floor" is the paired difference of medians, with its interval
@@ -68,7 +68,7 @@ STEPS: tuple[tuple[str, str], ...] = (
     ("draw", "floor + the drawer's draw of N seeds, once per step"),
     ("begin_end", "floor + forward begin/end (hooks, schedule incl. the draw, finish)"),
     ("takes", "floor + `SeedBatch.take()` per SSU call (capture and stream checks)"),
-    ("design", "explicit reset (`next_seed()` per SSU call, inside hooks.forward)"),
+    ("design", "reset (`next_seed()` per SSU call, inside hooks.forward)"),
 )
 """(name, what the step adds to the floor), in table order."""
 
@@ -79,7 +79,7 @@ PROFILED_STEPS = 200
 
 @dataclass(frozen=True)
 class Breakdown:
-    """What the steps run on: one model, and one explicit-reset prefetcher behind its hooks."""
+    """What the steps run on: one model, and one reset prefetcher behind its hooks."""
 
     model: DecodeModel
     hooks: ForwardHooks
@@ -238,7 +238,7 @@ def table(samples: dict[str, list[float]], resamples: int = RESAMPLES) -> list[s
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m bench.host_breakdown",
-        description="Where the explicit-reset design's eager host time per step goes.",
+        description="Where the reset design's eager host time per step goes.",
     )
     parser.add_argument("--rounds", type=int, default=DEFAULT_ROUNDS, help="interleaved rounds")
     parser.add_argument("--layers", type=int, default=40, help="Mamba-2 layers per step")
@@ -283,7 +283,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"Command: `{command.strip()}`",
         "",
         f"- {target.platform}",
-        f"- {args.layers} layers, BS {args.batch_size}, no GEMMs; explicit reset with sync "
+        f"- {args.layers} layers, BS {args.batch_size}, no GEMMs; reset with sync "
         f"plan {args.sync_plan}, drawer {args.drawer}",
         f"- host µs to enqueue one eager step onto an idle GPU; {args.rounds} interleaved "
         f"rounds, order shuffled per round (seed {args.seed}); 95% CIs: percentile "

@@ -2,11 +2,11 @@
 
 * stock: `torch.randint(0, 2**32, (1,))` inline before each SSU, as vLLM
   0.33.0's FlashInferSSUBackend does.
-* baseline: the seed document's design, `ForwardContextSeedPrefetcher`, with
+* forward-context: the forward-context design, `ForwardContextSeedPrefetcher`, with
   its defaults (one event per seed, randint drawer); a forward is told apart
   by the identity of a fresh object per step, standing in for vLLM's
   ForwardContext.
-* explicit-<plan>-<drawer>: ours, `SRSeedPrefetcher` behind `ForwardHooks`,
+* reset-<plan>-<drawer>: the reset design, `SRSeedPrefetcher` behind `ForwardHooks`,
   for every sync plan in `runner_hooks.sync.SYNC_PLANS` and every drawer in
   `runner_hooks.drawers.DRAWERS` found at run time, so new ones join the
   bench without edits here.
@@ -132,7 +132,7 @@ class ContextIdentitySource:
         return _prefetched_or_stock(self._prefetcher.next_seed, self._device)
 
 
-class ExplicitResetSource:
+class ResetSource:
     """Ours: the runner's ForwardHooks tell the prefetcher where each forward begins and ends."""
 
     def __init__(self, num_layers: int, device: torch.device, sync_plan: str, drawer: str) -> None:
@@ -161,15 +161,15 @@ class VariantSpec:
 
 
 def variant_specs() -> list[VariantSpec]:
-    """Every variant, in the order the tables list them: stock, baseline, ours..., floors."""
+    """Every variant, in the order the tables list them: stock, forward-context, reset..., floors."""
     specs = [
         VariantSpec(STOCK, lambda layers, device: StockSource(device)),
-        VariantSpec("baseline", ContextIdentitySource),
+        VariantSpec("forward-context", ContextIdentitySource),
     ]
     for plan in SYNC_PLANS:
         for drawer in DRAWERS:
-            build = functools.partial(_explicit, sync_plan=plan, drawer=drawer)
-            specs.append(VariantSpec(f"explicit-{plan}-{drawer}", build))
+            build = functools.partial(_reset, sync_plan=plan, drawer=drawer)
+            specs.append(VariantSpec(f"reset-{plan}-{drawer}", build))
     specs.append(
         VariantSpec(
             FLOOR_RNG, lambda layers, device: DrawingFloorSource(device), seed_checked=False
@@ -179,10 +179,10 @@ def variant_specs() -> list[VariantSpec]:
     return specs
 
 
-def _explicit(
+def _reset(
     num_layers: int, device: torch.device, *, sync_plan: str, drawer: str
-) -> ExplicitResetSource:
-    return ExplicitResetSource(num_layers, device, sync_plan, drawer)
+) -> ResetSource:
+    return ResetSource(num_layers, device, sync_plan, drawer)
 
 
 def unavailable_errors() -> tuple[type[BaseException], ...]:

@@ -88,19 +88,19 @@ ARMS: tuple[Arm, ...] = (
         what="patched (reset design), VLLM_MAMBA_SR_SEED_PREFETCH=0",
     ),
     Arm(
-        "reset-kernel",
+        "reset",
         Copy.RESET,
         dict(ON),
         what="reset design, one-kernel drawer on the forward's stream (vendored)",
-        microbench="explicit-current_stream-kernel",
+        microbench="reset-current_stream-kernel",
     ),
     Arm(
-        "reset-kernel-single",
+        "reset-single",
         Copy.RESET,
         dict(ON),
         what="reset design, one-kernel drawer on a side stream (single sync plan)",
         drawer="kernel",
-        microbench="explicit-single-kernel",
+        microbench="reset-single-kernel",
         sync_plan="single",
     ),
     Arm(
@@ -109,14 +109,14 @@ ARMS: tuple[Arm, ...] = (
         dict(ON),
         what="reset design, randint drawer",
         drawer="randint",
-        microbench="explicit-geometric-randint",
+        microbench="reset-geometric-randint",
     ),
     Arm(
         "forward-context",
         Copy.FORWARD_CONTEXT,
         dict(ON),
         what="the seed document's ForwardContext-identity design",
-        microbench="baseline",
+        microbench="forward-context",
     ),
 )
 CONTROLS: tuple[Arm, ...] = (

@@ -14,7 +14,7 @@ the worker pool: one worker per (arm, runner), started side by side.
     SR_ENGINE_ARMS   stock,floor,... the arms the timing measures (default all of
                                     arms.TIMING_ARMS; stock is always among them):
                                     fewer arms, fewer engines and samples per call
-    SR_ENGINE_IDENTITY_ARMS reset-kernel,...  the identity run's arms (default all of
+    SR_ENGINE_IDENTITY_ARMS reset,...  the identity run's arms (default all of
                                     arms.IDENTITY_ARMS; stock and stock-again, the
                                     positive control, always run)
     SR_ENGINE_MODES  eager,FULL_AND_PIECEWISE  the identity run's graph modes (default all)
@@ -66,6 +66,7 @@ from .arms import (
     Serving,
 )
 from .client import SITES_ENV, Worker, sites_from_env
+from .compact import rename
 
 GPUS_ENV = "SR_ENGINE_GPUS"
 RUNNERS_ENV = "SR_ENGINE_RUNNERS"
@@ -158,12 +159,13 @@ def runners_from_env(version: str | None = None) -> tuple[Runner, ...]:
     return runners
 
 
-def _names_from_env(env: str, known: set[str]) -> set[str] | None:
-    """The comma-separated names $env gives, each one of `known`; None when unset."""
+def _names_from_env(env: str, known: set[str], arms: bool = False) -> set[str] | None:
+    """The comma-separated names $env gives, each one of `known`; None when unset.
+    Arms (`arms`) may also go by the names they had before (compact.RENAMES)."""
     text = os.environ.get(env, "")
     if not text:
         return None
-    names = {name for name in text.split(",") if name}
+    names = {rename(name) if arms else name for name in text.split(",") if name}
     if names - known or not names:
         raise ValueError(f"{env} takes names among {', '.join(sorted(known))}; got {text!r}")
     return names
@@ -172,7 +174,7 @@ def _names_from_env(env: str, known: set[str]) -> set[str] | None:
 def timing_arms_from_env() -> tuple[Arm, ...]:
     """The timing's arms named in SR_ENGINE_ARMS, in TIMING_ARMS' order; stock
     (every saving's base) is measured whether named or not."""
-    names = _names_from_env(ARMS_ENV, {arm.name for arm in TIMING_ARMS})
+    names = _names_from_env(ARMS_ENV, {arm.name for arm in TIMING_ARMS}, arms=True)
     if names is None:
         return TIMING_ARMS
     return tuple(arm for arm in TIMING_ARMS if arm.name in names | {STOCK.name})
@@ -181,7 +183,7 @@ def timing_arms_from_env() -> tuple[Arm, ...]:
 def identity_arms_from_env() -> tuple[Arm, ...]:
     """The identity run's arms named in SR_ENGINE_IDENTITY_ARMS, in IDENTITY_ARMS'
     order; stock and stock-again (the positive control) run whether named or not."""
-    names = _names_from_env(IDENTITY_ARMS_ENV, {arm.name for arm in IDENTITY_ARMS})
+    names = _names_from_env(IDENTITY_ARMS_ENV, {arm.name for arm in IDENTITY_ARMS}, arms=True)
     if names is None:
         return IDENTITY_ARMS
     always = {STOCK.name, STOCK_AGAIN.name}
