@@ -13,6 +13,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
+from .envs import TORCH_DETERMINISTIC_ENV
+
 
 class Copy(str, enum.Enum):
     """Which vLLM tree an arm imports: a key of SR_ENGINE_SITES (client.SITES_ENV)."""
@@ -178,7 +180,7 @@ DETERMINISTIC_ENV = {
 # before vLLM loads, and the cuBLAS workspace that mode asks for.
 IDENTITY_ENV = {
     **DETERMINISTIC_ENV,
-    "SR_ENGINE_TORCH_DETERMINISTIC": "1",
+    TORCH_DETERMINISTIC_ENV: "1",
     "CUBLAS_WORKSPACE_CONFIG": ":4096:8",
 }
 

@@ -47,6 +47,7 @@ from typing import Any
 
 from . import arms, model
 from .arms import GraphMode, Perturb
+from .envs import ARM_ENV, LLM_KWARGS_ENV, TORCH_DETERMINISTIC_ENV
 from .spans import (
     RankError,
     _install_spans,
@@ -80,15 +81,6 @@ ARRIVAL_STEPS = (0, 0, 0, 3, 6, 10, 17, 25, 33, 41, 50, 60)
 MAX_TOKENS = (80, 96, 64, 72, 100, 40, 88, 70, 50, 96, 64, 56)
 PROMPT_SEED = 7
 LAYER_STEPS = 3
-# LLM(...) arguments over arms.engine_kwargs', as JSON (a diagnostic's:
-# bench/engine/reproduce.py).  And torch's deterministic algorithms, set
-# before vLLM loads: "1" with new allocations filled (NaN in floats, the
-# largest integer in integers), "nofill" without (arms.IDENTITY_ENV).
-LLM_KWARGS_ENV = "SR_ENGINE_LLM_KWARGS"
-TORCH_DETERMINISTIC_ENV = "SR_ENGINE_TORCH_DETERMINISTIC"
-# The arm's name, set by main before the engine starts, so every rank's
-# process has it (prepare_rank).
-ARM_ENV = "SR_ENGINE_ARM"
 TIMING_PROMPT_LENGTH = 32
 # Under prefix caching, these requests' prompts start with one shared prefix
 # of SHARED_PREFIX_BLOCKS of the engine's blocks (known once it has started),

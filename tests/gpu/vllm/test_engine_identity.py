@@ -43,6 +43,7 @@ from bench.engine.arms import (
     Runner,
     Serving,
 )
+from bench.engine.envs import RECORDS_ENV
 from bench.engine.identity import MODES, key, run
 from bench.engine.report import compact_record, first_difference, rank_states
 from bench.engine.session import (
@@ -55,7 +56,6 @@ from bench.engine.session import (
 )
 from bench.engine.worker import SHARED_PREFIX_REQUESTS
 
-RECORDS_ENV = "SR_ENGINE_RECORDS"
 SAVED = os.environ.get(RECORDS_ENV)
 pytestmark = [] if SAVED else [pytest.mark.gpu]
 
