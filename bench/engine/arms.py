@@ -68,8 +68,8 @@ class Arm:
     # The microbenchmark's variant with this arm's seed path (bench/variants.py).
     microbench: str = "stock"
     # A drawer or sync plan other than the vendored reset design's (the kernel
-    # on the forward's stream): the worker attaches runner_hooks'
-    # SRSeedPrefetcher with them in its place before the engine starts.
+    # on the forward's stream): the worker attaches bench.variants'
+    # ResetPrefetcherByName with them in its place before the engine starts.
     drawer: str | None = None
     sync_plan: str | None = None
 

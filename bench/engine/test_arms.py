@@ -44,8 +44,8 @@ def test_worker_environment_lets_the_arm_win() -> None:
 
 
 def test_every_arms_variant_exists() -> None:
-    from runner_hooks.drawers import drawer_factory
-    from runner_hooks.sync import resolve_sync_plan
+    from bench.drawers import drawer_factory
+    from bench.sync import resolve_sync_plan
 
     variants = [(a.drawer, a.sync_plan) for a in BY_NAME.values() if a.drawer is not None]
     assert variants == [("kernel", "single"), ("randint", None)]

@@ -175,29 +175,29 @@ def _replace_ssu_torch(perturb: Perturb, every: int) -> None:
 
 
 def _variant_prefetcher(prefetch: Any, *, drawer: str, sync_plan: str | None) -> Any:
-    """runner_hooks' SRSeedPrefetcher of the size and device of the SeedPrefetch
+    """bench.variants' ResetPrefetcherByName of the size and device of the SeedPrefetch
     that the patched vLLM hands its own."""
-    import runner_hooks
+    from bench.variants import ResetPrefetcherByName
 
-    return runner_hooks.SRSeedPrefetcher(
+    return ResetPrefetcherByName(
         prefetch.num_seeds, prefetch.device, drawer=drawer, sync_plan=sync_plan
     )
 
 
 def _use_variant(drawer: str, sync_plan: str | None) -> None:
-    """The patched vLLM attaches runner_hooks' SRSeedPrefetcher with this drawer
+    """The patched vLLM attaches bench.variants' ResetPrefetcherByName with this drawer
     and plan in place of its vendored one, which has one of each."""
     import functools
 
     from vllm.model_executor.layers.mamba.ops import ssu_dispatch
 
-    import runner_hooks
-    from runner_hooks.drawers import drawer_factory
+    from bench.drawers import drawer_factory
+    from bench.sync import resolve_sync_plan
 
     # An unknown name fails here, not in the engine.
     drawer_factory(drawer)
     if sync_plan is not None:
-        runner_hooks.resolve_sync_plan(sync_plan)
+        resolve_sync_plan(sync_plan)
     ssu_dispatch.SRSeedPrefetcher = functools.partial(  # type: ignore[misc]
         _variant_prefetcher, drawer=drawer, sync_plan=sync_plan
     )
