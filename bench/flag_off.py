@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from runner_hooks import ForwardHooks, ForwardInfo
+from runner_hooks.hooks import ForwardHooks, ForwardInfo
 
 from . import stats
 

@@ -1,4 +1,4 @@
-"""Where the explicit-reset design's eager host time goes, piece by piece of its hot path.
+"""Where the reset design's eager host time goes, piece by piece of its hot path.
 
 On a CUDA machine with FlashInfer, from the repository root (the same setup as
 `pytest bench`, README.md):
@@ -7,7 +7,7 @@ On a CUDA machine with FlashInfer, from the repository root (the same setup as
 
 Host µs to enqueue one eager decode step (a synchronize before each sample,
 outside it), for the floor (one fixed seed, nothing drawn) and for the floor
-plus one piece of the explicit-reset prefetcher's work at a time, then the
+plus one piece of the reset prefetcher's work at a time, then the
 whole design, in interleaved rounds shuffled by a seeded generator
 (step_timing.py).  Each figure is a median with its bootstrap 95% interval and the
 IQR; "over floor" is the paired difference of medians, with its interval
@@ -31,22 +31,23 @@ from pathlib import Path
 
 import torch
 
-from runner_hooks import ForwardHooks, ForwardInfo, SRSeedPrefetcher
 from runner_hooks.baseline.side_stream import SideStreamSeedBatch, SideStreamSeedPrefetch
 from runner_hooks.core import prefetch as prefetch_module
 from runner_hooks.core.prefetch import SeedBatch
-from runner_hooks.drawers import stock_seed
+from runner_hooks.hooks import ForwardInfo
 
+from .drawers import stock_seed
 from .stats import BOOTSTRAP_SEED, RESAMPLES, bootstrap_medians, interval_of, quantile, seeded_rng
 from .step_timing import Step, gc_paused, host_us_per_step, interleaved
 from .synthetic_model import DecodeModel, MixerShape
 from .target import BenchUnavailable, flashinfer_target
+from .variants import BodyFirstForwardHooks, ResetPrefetcherByName
 
 RUNNER_HOOKS_NAMES = (
-    "runner_hooks.ForwardHooks.register",
-    "runner_hooks.ForwardHooks.forward",
-    "runner_hooks.ForwardInfo",
-    "runner_hooks.SRSeedPrefetcher.next_seed",
+    "bench.variants.BodyFirstForwardHooks.register",
+    "bench.variants.BodyFirstForwardHooks.forward",
+    "runner_hooks.hooks.ForwardInfo",
+    "bench.variants.ResetPrefetcherByName.next_seed",
     "runner_hooks.core.prefetch.SeedBatch.take",
     "runner_hooks.core.prefetch.SeedBatch.consumed",
     "runner_hooks.core.prefetch.SeedPrefetch.schedule",
@@ -55,8 +56,8 @@ RUNNER_HOOKS_NAMES = (
     "runner_hooks.baseline.side_stream.SideStreamSeedBatch",
     "runner_hooks.baseline.side_stream.SideStreamSeedPrefetch",
 )
-"""The runner_hooks names this script uses, checked by the CPU test; the
-instance attributes it reads (SRSeedPrefetcher.prefetch and ._batch, SeedPrefetch.draw,
+"""The runner_hooks and bench.variants names this script uses, checked by the CPU test; the
+instance attributes it reads (ResetPrefetcherByName.prefetch and ._batch, SeedPrefetch.draw,
 _eager_buffer, _device_index, SeedBuffer.whole and .seeds, and the batches'
 constructors) are exercised by that test's run of every step."""
 
@@ -68,7 +69,7 @@ STEPS: tuple[tuple[str, str], ...] = (
     ("draw", "floor + the drawer's draw of N seeds, once per step"),
     ("begin_end", "floor + forward begin/end (hooks, schedule incl. the draw, finish)"),
     ("takes", "floor + `SeedBatch.take()` per SSU call (capture and stream checks)"),
-    ("design", "explicit reset (`next_seed()` per SSU call, inside hooks.forward)"),
+    ("design", "reset (`next_seed()` per SSU call, inside hooks.forward)"),
 )
 """(name, what the step adds to the floor), in table order."""
 
@@ -79,11 +80,11 @@ PROFILED_STEPS = 200
 
 @dataclass(frozen=True)
 class Breakdown:
-    """What the steps run on: one model, and one explicit-reset prefetcher behind its hooks."""
+    """What the steps run on: one model, and one reset prefetcher behind its hooks."""
 
     model: DecodeModel
-    hooks: ForwardHooks
-    prefetcher: SRSeedPrefetcher
+    hooks: BodyFirstForwardHooks
+    prefetcher: ResetPrefetcherByName
     base_seed: torch.Tensor
     """The floor's one seed."""
 
@@ -238,15 +239,13 @@ def table(samples: dict[str, list[float]], resamples: int = RESAMPLES) -> list[s
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m bench.host_breakdown",
-        description="Where the explicit-reset design's eager host time per step goes.",
+        description="Where the reset design's eager host time per step goes.",
     )
     parser.add_argument("--rounds", type=int, default=DEFAULT_ROUNDS, help="interleaved rounds")
     parser.add_argument("--layers", type=int, default=40, help="Mamba-2 layers per step")
     parser.add_argument("--batch-size", type=int, default=1, help="decode batch size")
-    parser.add_argument(
-        "--sync-plan", default="current_stream", help="runner_hooks.sync.SYNC_PLANS key"
-    )
-    parser.add_argument("--drawer", default="kernel", help="runner_hooks.drawers.DRAWERS key")
+    parser.add_argument("--sync-plan", default="current_stream", help="bench.sync.SYNC_PLANS key")
+    parser.add_argument("--drawer", default="kernel", help="bench.drawers.DRAWERS key")
     parser.add_argument("--seed", type=int, default=0, help="seed of the shuffled round order")
     parser.add_argument("--profile", action="store_true", help="also cProfile floor and design")
     parser.add_argument("--out", type=Path, help="also write the markdown here")
@@ -268,8 +267,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         device=target.device,
         ssu=target.ssu,
     )
-    hooks = ForwardHooks()
-    prefetcher = SRSeedPrefetcher(
+    hooks = BodyFirstForwardHooks()
+    prefetcher = ResetPrefetcherByName(
         args.layers, target.device, sync_plan=args.sync_plan, drawer=args.drawer
     )
     hooks.register(prefetcher)
@@ -283,7 +282,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"Command: `{command.strip()}`",
         "",
         f"- {target.platform}",
-        f"- {args.layers} layers, BS {args.batch_size}, no GEMMs; explicit reset with sync "
+        f"- {args.layers} layers, BS {args.batch_size}, no GEMMs; reset with sync "
         f"plan {args.sync_plan}, drawer {args.drawer}",
         f"- host µs to enqueue one eager step onto an idle GPU; {args.rounds} interleaved "
         f"rounds, order shuffled per round (seed {args.seed}); 95% CIs: percentile "

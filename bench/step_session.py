@@ -214,9 +214,9 @@ class BenchSession:
             command=command,
             settings=(
                 target.platform,
-                "variants: stock = randint before each SSU (vLLM 0.33.0); baseline = "
-                "ForwardContextSeedPrefetcher (the seed document's design, its defaults); "
-                "explicit-<sync plan>-<drawer> = SRSeedPrefetcher behind ForwardHooks; "
+                "variants: stock = randint before each SSU (vLLM 0.33.0); forward-context = "
+                "ForwardContextSeedPrefetcher (the forward-context design, its defaults); "
+                "reset-<sync plan>-<drawer> = SRSeedPrefetcher behind ForwardHooks; "
                 "floor = one fixed seed tensor, no draws; floor-rng = the floor plus one "
                 "one-element draw per forward",
                 self.shape.describe(),

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from runner_hooks import ForwardHooks
+from runner_hooks.hooks import ForwardHooks
 
 from . import flag_off
 

@@ -2,7 +2,7 @@
 
 The breakdown reaches into runner_hooks' internals.  Here every name it lists
 must resolve, and every one of its steps is built and run once over a real
-SRSeedPrefetcher whose CUDA-only pieces (events, the stream handle, the
+ResetPrefetcherByName whose CUDA-only pieces (events, the stream handle, the
 capture check, the device) are stand-ins, so a rename or a new signature in
 runner_hooks fails this test rather than the next GPU run.
 """
@@ -14,13 +14,13 @@ import importlib
 import pytest
 import torch
 
-from runner_hooks import ForwardHooks, SRSeedPrefetcher, variants
 from runner_hooks.core import prefetch as prefetch_module
 
-from . import host_breakdown
+from . import host_breakdown, variants
 from .cpu_fakes import LayoutCheckingSsu, counting_clock
 from .synthetic_model import DecodeModel, MixerShape
 from .target import BenchUnavailable
+from .variants import BodyFirstForwardHooks, ResetPrefetcherByName
 
 SMALL = MixerShape(nheads=4, head_dim=8, dstate=16, ngroups=2, hidden=64)
 LAYERS = 3
@@ -54,7 +54,7 @@ class FakeEvent:
 
 @pytest.fixture
 def cpu_breakdown(monkeypatch):
-    """The breakdown's parts on the CPU: a real SRSeedPrefetcher over a real SeedPrefetch."""
+    """The breakdown's parts on the CPU: a real ResetPrefetcherByName over a real SeedPrefetch."""
 
     def cpu_seed_prefetch(owner, num_ssu_calls, device, plan, make_drawer):
         assert plan is not None and not plan.side_stream
@@ -73,8 +73,8 @@ def cpu_breakdown(monkeypatch):
     model = DecodeModel(
         SMALL, num_layers=LAYERS, batch_size=1, gemms=False, device=torch.device("cpu"), ssu=ssu
     )
-    hooks = ForwardHooks()
-    prefetcher = SRSeedPrefetcher(LAYERS, "cpu", sync_plan="current_stream", drawer="randint")
+    hooks = BodyFirstForwardHooks()
+    prefetcher = ResetPrefetcherByName(LAYERS, "cpu", sync_plan="current_stream", drawer="randint")
     hooks.register(prefetcher)
     base = torch.zeros(1, dtype=torch.int64)
     return host_breakdown.Breakdown(model, hooks, prefetcher, base), ssu

@@ -218,7 +218,7 @@ def test_rows_carry_intervals_and_run_info_records_the_seed(cpu_flow, tmp_path):
     assert rows == summarize(bench.cells())
     assert all(row.median_ci95_us == (100.0, 100.0) for row in rows)  # the made-up clock
     stock = next(row for row in rows if (row.variant, row.mode) == ("stock", "graph"))
-    assert stock.ties == ("baseline", "floor")
+    assert stock.ties == ("forward-context", "floor")
     settings = "\n".join(bench.run_info("pytest bench").settings)
     assert "shuffled afresh per round by random.Random seeded from --bench-seed 7" in settings
     assert "percentile bootstrap, 2000 resamples" in settings

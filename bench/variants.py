@@ -1,14 +1,22 @@
-"""Where each layer's rand_seed comes from: the variants the bench compares.
+"""The bench's variants: each design with every drawer and sync plan by name, and where
+each layer's rand_seed comes from in the microbenchmark.
+
+`runner_hooks.core` (the reset design) and `runner_hooks.baseline` (the forward-context
+design) are what lands in vLLM, with one drawer and plan each; the classes here extend
+them with choices by name, which vLLM's copies do not carry: ResetPrefetcherByName,
+ForwardContextPrefetcherByName, and BodyFirstForwardHooks (the runner hooks, where a
+forward that raised under capture propagates its own exception).  The microbenchmark's
+variants:
 
 * stock: `torch.randint(0, 2**32, (1,))` inline before each SSU, as vLLM
   0.33.0's FlashInferSSUBackend does.
-* baseline: the seed document's design, `ForwardContextSeedPrefetcher`, with
+* forward-context: the forward-context design, `ForwardContextPrefetcherByName`, with
   its defaults (one event per seed, randint drawer); a forward is told apart
   by the identity of a fresh object per step, standing in for vLLM's
   ForwardContext.
-* explicit-<plan>-<drawer>: ours, `SRSeedPrefetcher` behind `ForwardHooks`,
-  for every sync plan in `runner_hooks.sync.SYNC_PLANS` and every drawer in
-  `runner_hooks.drawers.DRAWERS` found at run time, so new ones join the
+* reset-<plan>-<drawer>: the reset design, `ResetPrefetcherByName` behind `BodyFirstForwardHooks`,
+  for every sync plan in `bench.sync.SYNC_PLANS` and every drawer in
+  `bench.drawers.DRAWERS` found at run time, so new ones join the
   bench without edits here.
 * floor-rng: the floor plus one one-element draw from the default generator
   per forward, the drawing floor (summary.FLOOR_RNG says what it costs);
@@ -20,6 +28,7 @@ The two floors' seeds are fixed by design, so they are exempt from the seed chec
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
@@ -27,17 +36,177 @@ from typing import Protocol
 
 import torch
 
-from runner_hooks import (
-    ForwardContextSeedPrefetcher,
-    ForwardHooks,
-    ForwardInfo,
-    SRSeedPrefetcher,
-)
-from runner_hooks.drawers import DRAWERS, SEED_HIGH
-from runner_hooks.sync import SYNC_PLANS
+from runner_hooks import hooks
+from runner_hooks.baseline import prefetcher as baseline
+from runner_hooks.baseline.prefetcher import NO_CUDA, cuda_device
+from runner_hooks.baseline.side_stream import SideStreamSeedPrefetch, SyncPlan, UnjoinedCaptureError
+from runner_hooks.core import reset
+from runner_hooks.core.prefetch import SeedPrefetch
+from runner_hooks.hooks import ForwardInfo
 
+from .drawers import DRAWERS, SEED_HIGH, SeedDrawer, drawer_factory
 from .summary import FLOOR, FLOOR_RNG, STOCK
+from .sync import SYNC_PLANS, resolve_sync_plan
 from .synthetic_model import DecodeModel
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_SYNC_PLANS: dict[str, str] = {
+    "kernel": "current_stream",
+    "randint": "geometric",
+}
+"""Each drawer's plan when none is given, by measurement: with the kernel, the
+current stream (eagerly, as mixed prefill/decode steps run the SSU even under
+PIECEWISE graphs, ahead of a single side-stream event or tied; under graphs
+within 1.5 µs of it, and never behind it in the engine); with randint, geometric
+(per_seed's graph-mode gain at a far cheaper eager forward).  The figures:
+bench/results/sync-plan-defaults.md.  A drawer not listed gets FALLBACK_SYNC_PLAN."""
+FALLBACK_SYNC_PLAN = "geometric"
+
+
+def _seed_prefetch(
+    owner: object,
+    num_ssu_calls: int,
+    device: torch.device,
+    plan: SyncPlan | None,
+    make_drawer: Callable[[], SeedDrawer | str],
+) -> SeedPrefetch | str:
+    """The machinery for `plan` (None: the drawer's default), or why none."""
+    drawer = make_drawer()
+    if isinstance(drawer, str):
+        return drawer
+    if plan is None:
+        plan = resolve_sync_plan(DEFAULT_SYNC_PLANS.get(drawer.name, FALLBACK_SYNC_PLAN))
+    name = type(owner).__name__
+    if not plan.side_stream:
+        return SeedPrefetch(name, num_ssu_calls, device, drawer.draw)
+    return SideStreamSeedPrefetch(name, num_ssu_calls, device, drawer.draw, plan)
+
+
+def plan_of(prefetch: SeedPrefetch) -> SyncPlan:
+    """The sync plan a prefetch publishes its seeds by."""
+    if isinstance(prefetch, SideStreamSeedPrefetch):
+        return prefetch.plan
+    return resolve_sync_plan("current_stream")
+
+
+class _ByName:
+    """Builds the machinery from the drawer and plan a variant was given."""
+
+    _make_drawer: Callable[[], SeedDrawer | str]
+    _sync_plan: SyncPlan | None
+
+    def _seed_prefetch(self, num_ssu_calls: int, device: torch.device) -> SeedPrefetch | str:
+        return _seed_prefetch(self, num_ssu_calls, device, self._sync_plan, self._make_drawer)
+
+
+class ResetPrefetcherByName(reset.SRSeedPrefetcher):
+    """The reset design's prefetcher with a drawer and a sync plan by name.
+
+    drawer: "auto" (the kernel where it builds, else inactive), "kernel",
+    "randint", or a drawer; sync_plan: a name of SYNC_PLANS, a plan, or None
+    for the drawer's DEFAULT_SYNC_PLANS entry. Inactive (`inactive_reason`
+    says why) without CUDA or a drawer.
+    """
+
+    def __init__(
+        self,
+        num_ssu_calls: int,
+        device: torch.device | str,
+        *,
+        sync_plan: str | SyncPlan | None = None,
+        drawer: str | SeedDrawer = "auto",
+    ) -> None:
+        make_drawer = drawer_factory(drawer)
+        plan = None if sync_plan is None else resolve_sync_plan(sync_plan)
+        cuda = cuda_device(device, num_ssu_calls)
+        made = (
+            NO_CUDA
+            if cuda is None
+            else _seed_prefetch(self, num_ssu_calls, cuda, plan, make_drawer)
+        )
+        self.inactive_reason = made if isinstance(made, str) else None
+        # Inactive: no prefetch, and every forward takes no seeds (see _begin).
+        super().__init__(None if isinstance(made, str) else made)  # type: ignore[arg-type]
+
+    def _begin(self, full_cudagraph: bool) -> None:
+        if self.prefetch is None:
+            self._batch, self._draw_at_first_seed = None, False
+        else:
+            super()._begin(full_cudagraph)
+
+    def on_forward_begin(self, info: hooks.ForwardInfo) -> None:
+        """As a hook of ForwardHooks: `forward()` for each forward that runs the
+        SSU and is not micro-batched."""
+        if info.runs_ssu and not info.micro_batched:
+            self._begin(info.full_cudagraph)
+        else:
+            self._batch, self._draw_at_first_seed = None, False
+
+    def on_forward_end(self, info: hooks.ForwardInfo) -> None:
+        """Ends the forward, also one whose body raised (ForwardHooks logs
+        what ending it raises then): a side stream is joined before a capture
+        ends."""
+        self._end()
+
+
+class ForwardContextPrefetcherByName(_ByName, baseline.ForwardContextSeedPrefetcher):
+    """The forward-context design's prefetcher with a drawer and a plan by name."""
+
+    def __init__(
+        self,
+        num_ssu_calls: int,
+        device: torch.device | str,
+        current_forward: Callable[[], object | None],
+        *,
+        is_micro_batched: Callable[[object], bool] = lambda forward: False,
+        sync_plan: str | SyncPlan = "per_seed",
+        drawer: str | SeedDrawer = "randint",
+    ) -> None:
+        self._make_drawer = drawer_factory(drawer)
+        self._sync_plan = resolve_sync_plan(sync_plan)
+        super().__init__(num_ssu_calls, device, current_forward, is_micro_batched=is_micro_batched)
+
+
+class BodyFirstForwardHooks(hooks.ForwardHooks):
+    """The runner hooks; and where the body ended a CUDA graph capture with a side
+    stream of a hook unjoined, the body's exception propagates as itself.
+
+    V1 runs torch.cuda.graph inside the hooks: when the body raises under
+    capture, the graph's exit ends the capture before the hooks can join the
+    side stream, and CUDA's unjoined-stream error replaces the body's.  The
+    hook's end then raises UnjoinedCaptureError; the body's exception is the
+    context of CUDA's error, and is raised instead.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._unjoined: UnjoinedCaptureError | None = None
+
+    def _end(
+        self, info: hooks.ForwardInfo, begun: list[hooks.ForwardHook]
+    ) -> list[tuple[hooks.ForwardHook, Exception]]:
+        errors = super()._end(info, begun)
+        self._unjoined = next((e for _, e in errors if isinstance(e, UnjoinedCaptureError)), None)
+        return errors
+
+    @contextmanager
+    def _forward(self, info: hooks.ForwardInfo) -> Iterator[None]:
+        self._unjoined = None
+        try:
+            with super()._forward(info):
+                yield
+        except BaseException as failure:
+            body = failure.__context__
+            if self._unjoined is None or body is None:
+                raise
+            logger.warning(
+                "ending the CUDA graph capture failed (%s) because the forward "
+                "raised under capture; the forward's %s propagates",
+                failure,
+                type(body).__name__,
+            )
+            raise body from None
 
 
 class SeedSource(Protocol):
@@ -112,7 +281,7 @@ class ContextIdentitySource:
     def __init__(self, num_layers: int, device: torch.device) -> None:
         self._device = device
         self._current: _Forward | None = None
-        self._prefetcher = ForwardContextSeedPrefetcher(
+        self._prefetcher = ForwardContextPrefetcherByName(
             num_ssu_calls=num_layers, device=device, current_forward=lambda: self._current
         )
 
@@ -132,13 +301,13 @@ class ContextIdentitySource:
         return _prefetched_or_stock(self._prefetcher.next_seed, self._device)
 
 
-class ExplicitResetSource:
+class ResetSource:
     """Ours: the runner's ForwardHooks tell the prefetcher where each forward begins and ends."""
 
     def __init__(self, num_layers: int, device: torch.device, sync_plan: str, drawer: str) -> None:
         self._device = device
-        self._hooks = ForwardHooks()
-        self._prefetcher = SRSeedPrefetcher(
+        self._hooks = BodyFirstForwardHooks()
+        self._prefetcher = ResetPrefetcherByName(
             num_ssu_calls=num_layers, device=device, sync_plan=sync_plan, drawer=drawer
         )
         self._hooks.register(self._prefetcher)
@@ -161,15 +330,16 @@ class VariantSpec:
 
 
 def variant_specs() -> list[VariantSpec]:
-    """Every variant, in the order the tables list them: stock, baseline, ours..., floors."""
+    """Every variant, in the order the tables list them: stock, forward-context,
+    reset..., floors."""
     specs = [
         VariantSpec(STOCK, lambda layers, device: StockSource(device)),
-        VariantSpec("baseline", ContextIdentitySource),
+        VariantSpec("forward-context", ContextIdentitySource),
     ]
     for plan in SYNC_PLANS:
         for drawer in DRAWERS:
-            build = functools.partial(_explicit, sync_plan=plan, drawer=drawer)
-            specs.append(VariantSpec(f"explicit-{plan}-{drawer}", build))
+            build = functools.partial(_reset, sync_plan=plan, drawer=drawer)
+            specs.append(VariantSpec(f"reset-{plan}-{drawer}", build))
     specs.append(
         VariantSpec(
             FLOOR_RNG, lambda layers, device: DrawingFloorSource(device), seed_checked=False
@@ -179,10 +349,8 @@ def variant_specs() -> list[VariantSpec]:
     return specs
 
 
-def _explicit(
-    num_layers: int, device: torch.device, *, sync_plan: str, drawer: str
-) -> ExplicitResetSource:
-    return ExplicitResetSource(num_layers, device, sync_plan, drawer)
+def _reset(num_layers: int, device: torch.device, *, sync_plan: str, drawer: str) -> ResetSource:
+    return ResetSource(num_layers, device, sync_plan, drawer)
 
 
 def unavailable_errors() -> tuple[type[BaseException], ...]:

@@ -1,7 +1,9 @@
-"""Per-forward hooks for model runners; Mamba stochastic-rounding seed prefetchers.
+"""Mamba stochastic-rounding seed prefetchers: what lands in vLLM.
 
-`core` is the reset design's unit and `baseline` the forward-context design's:
-each is what its vLLM patch vendors.  The names here add the bench's choices.
+`core` is the reset design's unit and `baseline` the forward-context design's: each is
+what its vLLM patch vendors.  `hooks` holds the per-forward hooks the model runners
+call.  The bench's choices (drawers by name, sync plans, the variants built from them)
+are bench's: bench/drawers.py, bench/sync.py, bench/variants.py.
 """
 
 try:
@@ -14,27 +16,16 @@ except ModuleNotFoundError as error:
         "(or install sr-seed-prefetch with its hooks extra: pip install -e '.[hooks]')"
     ) from None
 
+from .baseline import ForwardContextSeedPrefetcher
 from .baseline.side_stream import SyncPlan, UnjoinedCaptureError
+from .core import SeedPrefetch, SRSeedPrefetcher
 from .core.prefetch import WrongStreamError
-from .drawers import DRAWERS, RandintDrawer, SeedDrawer, resolve_drawer
-from .hooks import ForwardHook, ForwardInfo, NestedForwardError
-from .sync import SYNC_PLANS, resolve_sync_plan
-from .variants import ForwardContextSeedPrefetcher, ForwardHooks, SRSeedPrefetcher
 
 __all__ = [
-    "DRAWERS",
-    "SYNC_PLANS",
     "ForwardContextSeedPrefetcher",
-    "ForwardHook",
-    "ForwardHooks",
-    "ForwardInfo",
-    "NestedForwardError",
-    "RandintDrawer",
     "SRSeedPrefetcher",
-    "SeedDrawer",
+    "SeedPrefetch",
     "SyncPlan",
     "UnjoinedCaptureError",
     "WrongStreamError",
-    "resolve_drawer",
-    "resolve_sync_plan",
 ]

@@ -15,15 +15,14 @@ from dataclasses import dataclass
 import pytest
 import torch
 
-from runner_hooks import (
-    ForwardContextSeedPrefetcher,
-    ForwardHooks,
-    ForwardInfo,
-    SRSeedPrefetcher,
-    drawers,
-    variants,
+from bench import drawers, variants
+from bench.variants import (
+    BodyFirstForwardHooks,
+    ForwardContextPrefetcherByName,
+    ResetPrefetcherByName,
 )
 from runner_hooks.baseline import prefetcher as prefetch_module
+from runner_hooks.hooks import ForwardInfo
 
 N = 4
 
@@ -67,9 +66,9 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> FakePrefetch:
     return prefetch
 
 
-def reset_design(fake: FakePrefetch) -> tuple[ForwardHooks, SRSeedPrefetcher]:
-    hooks = ForwardHooks()
-    prefetcher = SRSeedPrefetcher(N, "cuda")
+def reset_design(fake: FakePrefetch) -> tuple[BodyFirstForwardHooks, ResetPrefetcherByName]:
+    hooks = BodyFirstForwardHooks()
+    prefetcher = ResetPrefetcherByName(N, "cuda")
     hooks.register(prefetcher)
     return hooks, prefetcher
 
@@ -173,9 +172,9 @@ class Forward:
         self.micro_batched = micro_batched
 
 
-def baseline(fake: FakePrefetch) -> tuple[list[Forward | None], ForwardContextSeedPrefetcher]:
+def baseline(fake: FakePrefetch) -> tuple[list[Forward | None], ForwardContextPrefetcherByName]:
     current: list[Forward | None] = [None]
-    prefetcher = ForwardContextSeedPrefetcher(
+    prefetcher = ForwardContextPrefetcherByName(
         N,
         "cuda",
         lambda: current[0],
@@ -221,10 +220,10 @@ def test_baseline_tells_a_new_forward_from_a_dead_one_at_the_same_address(
 def test_without_cuda_both_designs_disable_gracefully(device: str) -> None:
     if device == "cuda" and torch.cuda.is_available():
         pytest.skip("CUDA is available here; this checks the no-CUDA path")
-    hooks = ForwardHooks()
-    reset = SRSeedPrefetcher(N, device)
+    hooks = BodyFirstForwardHooks()
+    reset = ResetPrefetcherByName(N, device)
     hooks.register(reset)
-    base = ForwardContextSeedPrefetcher(N, device, lambda: Forward())
+    base = ForwardContextPrefetcherByName(N, device, lambda: Forward())
     assert reset.prefetch is None and reset.inactive_reason == prefetch_module.NO_CUDA
     assert base.prefetch is None and base.inactive_reason == prefetch_module.NO_CUDA
     with hooks.forward(ForwardInfo(runs_ssu=True)):
@@ -235,14 +234,14 @@ def test_without_cuda_both_designs_disable_gracefully(device: str) -> None:
 @pytest.mark.parametrize("bad", [0, -1, 2.0, True, "40"])
 def test_num_ssu_calls_must_be_a_positive_int(bad: object) -> None:
     with pytest.raises(ValueError, match="num_ssu_calls"):
-        SRSeedPrefetcher(bad, "cpu")  # type: ignore[arg-type]
+        ResetPrefetcherByName(bad, "cpu")  # type: ignore[arg-type]
 
 
 def test_unknown_plan_or_drawer_names_are_refused_even_when_disabled() -> None:
     with pytest.raises(ValueError, match="unknown sync plan"):
-        SRSeedPrefetcher(N, "cpu", sync_plan="fastest")
+        ResetPrefetcherByName(N, "cpu", sync_plan="fastest")
     with pytest.raises(ValueError, match="unknown seed drawer"):
-        ForwardContextSeedPrefetcher(N, "cpu", lambda: None, drawer="magic")
+        ForwardContextPrefetcherByName(N, "cpu", lambda: None, drawer="magic")
 
 
 @pytest.fixture
@@ -270,8 +269,8 @@ def test_without_the_kernel_the_reset_design_is_inactive_and_says_why(
 ) -> None:
     """The library's "auto": no randint fallback, which is slower than stock
     eagerly; the build is tried once per process."""
-    first = SRSeedPrefetcher(N, torch.device("cuda", 0))
-    second = SRSeedPrefetcher(N, torch.device("cuda", 0))
+    first = ResetPrefetcherByName(N, torch.device("cuda", 0))
+    second = ResetPrefetcherByName(N, torch.device("cuda", 0))
     assert first.prefetch is None and second.prefetch is None
     assert first.inactive_reason == second.inactive_reason
     assert "nvcc not found; install the toolkit" in first.inactive_reason
@@ -287,11 +286,11 @@ def test_a_named_randint_drawer_still_prefetches_without_the_kernel(
         made.append(draw.__self__.name)
 
     monkeypatch.setattr(variants, "SideStreamSeedPrefetch", record)
-    SRSeedPrefetcher(N, torch.device("cuda", 0), drawer="randint")
+    ResetPrefetcherByName(N, torch.device("cuda", 0), drawer="randint")
     assert made == ["randint"] and cuda_without_the_kernel == []
 
 
 def test_without_cuda_the_reason_is_given() -> None:
     if torch.cuda.is_available():
         pytest.skip("CUDA is available here; this checks the no-CUDA path")
-    assert SRSeedPrefetcher(N, "cuda").inactive_reason == prefetch_module.NO_CUDA
+    assert ResetPrefetcherByName(N, "cuda").inactive_reason == prefetch_module.NO_CUDA

@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from runner_hooks import ForwardHooks, ForwardInfo, NestedForwardError
+from runner_hooks.hooks import ForwardHooks, ForwardInfo, NestedForwardError
 
 
 class Recorder:

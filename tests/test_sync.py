@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from runner_hooks import SYNC_PLANS, SyncPlan, resolve_sync_plan
+from bench.sync import SYNC_PLANS, SyncPlan, resolve_sync_plan
 
 
 def test_per_seed_has_one_segment_per_seed() -> None:

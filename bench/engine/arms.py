@@ -13,6 +13,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
+from .envs import TORCH_DETERMINISTIC_ENV
+
 
 class Copy(str, enum.Enum):
     """Which vLLM tree an arm imports: a key of SR_ENGINE_SITES (client.SITES_ENV)."""
@@ -66,8 +68,8 @@ class Arm:
     # The microbenchmark's variant with this arm's seed path (bench/variants.py).
     microbench: str = "stock"
     # A drawer or sync plan other than the vendored reset design's (the kernel
-    # on the forward's stream): the worker attaches runner_hooks'
-    # SRSeedPrefetcher with them in its place before the engine starts.
+    # on the forward's stream): the worker attaches bench.variants'
+    # ResetPrefetcherByName with them in its place before the engine starts.
     drawer: str | None = None
     sync_plan: str | None = None
 
@@ -88,19 +90,19 @@ ARMS: tuple[Arm, ...] = (
         what="patched (reset design), VLLM_MAMBA_SR_SEED_PREFETCH=0",
     ),
     Arm(
-        "reset-kernel",
+        "reset",
         Copy.RESET,
         dict(ON),
         what="reset design, one-kernel drawer on the forward's stream (vendored)",
-        microbench="explicit-current_stream-kernel",
+        microbench="reset-current_stream-kernel",
     ),
     Arm(
-        "reset-kernel-single",
+        "reset-single",
         Copy.RESET,
         dict(ON),
         what="reset design, one-kernel drawer on a side stream (single sync plan)",
         drawer="kernel",
-        microbench="explicit-single-kernel",
+        microbench="reset-single-kernel",
         sync_plan="single",
     ),
     Arm(
@@ -109,14 +111,14 @@ ARMS: tuple[Arm, ...] = (
         dict(ON),
         what="reset design, randint drawer",
         drawer="randint",
-        microbench="explicit-geometric-randint",
+        microbench="reset-geometric-randint",
     ),
     Arm(
         "forward-context",
         Copy.FORWARD_CONTEXT,
         dict(ON),
         what="the seed document's ForwardContext-identity design",
-        microbench="baseline",
+        microbench="forward-context",
     ),
 )
 CONTROLS: tuple[Arm, ...] = (
@@ -178,7 +180,7 @@ DETERMINISTIC_ENV = {
 # before vLLM loads, and the cuBLAS workspace that mode asks for.
 IDENTITY_ENV = {
     **DETERMINISTIC_ENV,
-    "SR_ENGINE_TORCH_DETERMINISTIC": "1",
+    TORCH_DETERMINISTIC_ENV: "1",
     "CUBLAS_WORKSPACE_CONFIG": ":4096:8",
 }
 

@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from .arms import MULTICAST_OFF_ENV, Arm, Runner
+from .envs import SITES_ENV
 
 REPO = Path(__file__).resolve().parents[2]
 # Where each Copy's vLLM lives: "stock=/tmp/site,reset=...,forward-context=...".
-SITES_ENV = "SR_ENGINE_SITES"
 
 
 class WorkerError(RuntimeError):

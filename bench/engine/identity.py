@@ -24,6 +24,7 @@ from typing import Any
 
 from . import model
 from .arms import IDENTITY_ENV, PLAIN, STOCK, Arm, GraphMode, Runner, Serving
+from .envs import RESUME_ENV
 from .session import (
     Settings,
     close_all,
@@ -60,13 +61,6 @@ def _leaders(arm: Arm, runner: Runner) -> list[Runner]:
     if arm is STOCK:
         return [] if runner is Runner.V1 else [Runner.V1]
     return [Runner.V1] if runner is Runner.V1 else [Runner.V1, runner]
-
-
-# A JSON file of records from an earlier run of the same code on this machine
-# (tests/gpu/vllm/engine.sh keeps one in /tmp): cells recorded there without
-# error are not run again, so a run cut off by a device call's time limit
-# goes on where it stopped.
-RESUME_ENV = "SR_ENGINE_RESUME"
 
 
 def _resumed() -> dict[str, Any]:

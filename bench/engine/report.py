@@ -5,7 +5,8 @@
 
 writes <prefix>.md, <prefix>.identity.json (each record reduced to what the
 comparison needs: each TP rank's fingerprints cut to 16 hex digits, tokens and
-logprobs as sha256) and <prefix>.timing.json.  Several identity files (runs of the same
+logprobs as sha256; in compact.py's committed form: each state chain once, per-slot
+sums only where a cell differs) and <prefix>.timing.json.  Several identity files (runs of the same
 code) are merged in order; a later record of a cell is kept beside the first,
 as another run.  Several timing files (e.g. one device call per runner) are
 merged by runner; a runner's rounds in several files are put together, each
@@ -22,6 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from . import compact as compact_module
 from . import timing as timing_module
 from .arms import (
     IDENTITY_ARMS,
@@ -105,12 +107,12 @@ def serving_evidence(record: dict[str, Any]) -> str:
 
 
 def merge_identity(runs: Sequence[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
-    """cell -> the compact record of each run that has it, in run order."""
+    """cell -> the compact record of each run that has it, in run order (runs of
+    any form compact.py reads: a run's identity.json, or a committed file)."""
     merged: dict[str, list[dict[str, Any]]] = {}
     for run in runs:
-        for cell, record in run["records"].items():
-            compact = record if "tokens_sha256" in record else compact_record(record)
-            merged.setdefault(cell, []).append(compact)
+        for cell, records in compact_module.unpacked(run)["records"].items():
+            merged.setdefault(cell, []).extend(records)
     return merged
 
 
@@ -612,17 +614,6 @@ def steps_heading(timing: dict[str, Any]) -> str:
     return "## Decode step time\n" if serving == PLAIN.name else f"## Step time ({serving})\n"
 
 
-def _one_cell_per_line(compact: dict[str, Any]) -> str:
-    """The compact identity JSON, one cell's records per line (indenting every
-    per-slot sum would triple the file)."""
-    cells = ",\n".join(
-        f"  {json.dumps(cell)}: {json.dumps(runs, sort_keys=True, separators=(',', ':'))}"
-        for cell, runs in sorted(compact["records"].items())
-    )
-    engagement = json.dumps(compact["engagement"], indent=1, sort_keys=True)
-    return f'{{\n "engagement": {engagement},\n "records": {{\n{cells}\n }}\n}}\n'
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--identity", nargs="*", default=[], type=Path)
@@ -649,8 +640,10 @@ def main(argv: list[str] | None = None) -> int:
         merged = merge_identity(runs)
         compact = {"records": merged, "engagement": {}}
         for run in runs:
-            compact["engagement"].update(run.get("engagement", {}))
-        args.prefix.with_suffix(".identity.json").write_text(_one_cell_per_line(compact))
+            compact["engagement"].update(compact_module.unpacked(run)["engagement"])
+        args.prefix.with_suffix(".identity.json").write_text(
+            compact_module.dumps_identity(compact_module.packed(compact))
+        )
         parts.append("## Identity to stock\n\n" + identity_markdown(merged))
     if args.timing or args.partial:
         timing = (
@@ -659,7 +652,7 @@ def main(argv: list[str] | None = None) -> int:
             else from_partials(args.partial)
         )
         args.prefix.with_suffix(".timing.json").write_text(
-            json.dumps(timing, indent=1, sort_keys=True) + "\n"
+            compact_module.converted(json.dumps(timing, sort_keys=True))
         )
         predicted = (
             predictions(json.loads(args.microbench.read_text())) if args.microbench else None

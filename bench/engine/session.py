@@ -1,41 +1,8 @@
 """What an engine run on the GPU machine needs, read from the environment, and
 the worker pool: one worker per (arm, runner), started side by side.
 
-    SR_ENGINE_SITES  copy=path,...  the vLLM copies (see tests/gpu/vllm/engine.sh)
-    SR_ENGINE_GPUS   0 or 0,1       GPUs, in groups of SR_ENGINE_TP; with two groups, V1
-                                    engines use the first, V2 the second
-    SR_ENGINE_TP     1, 2, 4 or 8   tensor-parallel size of every engine (default 1):
-                                    one process per rank, each rank one TP4 rank's work
-                                    (model.model_config)
-    SR_ENGINE_RUNNERS v1,v2         the runners the timing measures and the identity
-                                    run judges (default: both, V1 alone on a vLLM
-                                    whose V2 runner refuses hybrid models; one
-                                    runner fits a device call of 10 minutes)
-    SR_ENGINE_ARMS   stock,floor,... the arms the timing measures (default all of
-                                    arms.TIMING_ARMS; stock is always among them):
-                                    fewer arms, fewer engines and samples per call
-    SR_ENGINE_IDENTITY_ARMS reset-kernel,...  the identity run's arms (default all of
-                                    arms.IDENTITY_ARMS; stock and stock-again, the
-                                    positive control, always run)
-    SR_ENGINE_MODES  eager,FULL_AND_PIECEWISE  the identity run's graph modes (default all)
-    SR_ENGINE_SERVING mtp7,prefix,... the identity run's serving configurations
-                                    (arms.SERVINGS; default plain), each in every
-                                    mode of SR_ENGINE_MODES
-    SR_ENGINE_PROFILE 1,8           after the timing's rounds, each engine's GPU kernels
-                                    at these batch sizes (timing.Plan.profile_batch_sizes)
-    SR_ENGINE_TIMING_SERVING mtp7   the timing engines' serving configuration (default
-                                    plain; mtp3, mtp7: MTP verify iterations)
-    SR_ENGINE_WORKLOAD mixed        the timed steps: decode (default), or mixed (a
-                                    prefill chunk beside BS 1/2/4 decodes, a step of
-                                    timing.MIXED_STEP_TOKENS on piecewise graphs, and
-                                    the forward's GPU time: worker.py's mixed)
-    SR_ENGINE_ROUNDS 10             the timing's rounds (timing.Plan.rounds)
-    SR_ENGINE_ROUNDS_PER_ENGINE 1   after that many rounds of a runner, its engines are
-                                    closed and started again, so each arm is sampled
-                                    from several engine processes (default: one
-                                    engine for all rounds of decode steps; a new one
-                                    every round of mixed steps)
-    OUT              where results and engine logs go (default /tmp/out)
+
+The variables it reads, and every other the harness reads: bench/engine/envs.py.
 """
 
 from __future__ import annotations
@@ -66,15 +33,17 @@ from .arms import (
     Serving,
 )
 from .client import SITES_ENV, Worker, sites_from_env
-
-GPUS_ENV = "SR_ENGINE_GPUS"
-RUNNERS_ENV = "SR_ENGINE_RUNNERS"
-ARMS_ENV = "SR_ENGINE_ARMS"
-PROFILE_ENV = "SR_ENGINE_PROFILE"
-IDENTITY_ARMS_ENV = "SR_ENGINE_IDENTITY_ARMS"
-MODES_ENV = "SR_ENGINE_MODES"
-SERVING_ENV = "SR_ENGINE_SERVING"
-TP_ENV = "SR_ENGINE_TP"
+from .compact import rename
+from .envs import (
+    ARMS_ENV,
+    GPUS_ENV,
+    IDENTITY_ARMS_ENV,
+    MODES_ENV,
+    PROFILE_ENV,
+    RUNNERS_ENV,
+    SERVING_ENV,
+    TP_ENV,
+)
 
 
 @dataclass(frozen=True)
@@ -158,12 +127,13 @@ def runners_from_env(version: str | None = None) -> tuple[Runner, ...]:
     return runners
 
 
-def _names_from_env(env: str, known: set[str]) -> set[str] | None:
-    """The comma-separated names $env gives, each one of `known`; None when unset."""
+def _names_from_env(env: str, known: set[str], arms: bool = False) -> set[str] | None:
+    """The comma-separated names $env gives, each one of `known`; None when unset.
+    Arms (`arms`) may also go by the names they had before (compact.RENAMES)."""
     text = os.environ.get(env, "")
     if not text:
         return None
-    names = {name for name in text.split(",") if name}
+    names = {rename(name) if arms else name for name in text.split(",") if name}
     if names - known or not names:
         raise ValueError(f"{env} takes names among {', '.join(sorted(known))}; got {text!r}")
     return names
@@ -172,7 +142,7 @@ def _names_from_env(env: str, known: set[str]) -> set[str] | None:
 def timing_arms_from_env() -> tuple[Arm, ...]:
     """The timing's arms named in SR_ENGINE_ARMS, in TIMING_ARMS' order; stock
     (every saving's base) is measured whether named or not."""
-    names = _names_from_env(ARMS_ENV, {arm.name for arm in TIMING_ARMS})
+    names = _names_from_env(ARMS_ENV, {arm.name for arm in TIMING_ARMS}, arms=True)
     if names is None:
         return TIMING_ARMS
     return tuple(arm for arm in TIMING_ARMS if arm.name in names | {STOCK.name})
@@ -181,7 +151,7 @@ def timing_arms_from_env() -> tuple[Arm, ...]:
 def identity_arms_from_env() -> tuple[Arm, ...]:
     """The identity run's arms named in SR_ENGINE_IDENTITY_ARMS, in IDENTITY_ARMS'
     order; stock and stock-again (the positive control) run whether named or not."""
-    names = _names_from_env(IDENTITY_ARMS_ENV, {arm.name for arm in IDENTITY_ARMS})
+    names = _names_from_env(IDENTITY_ARMS_ENV, {arm.name for arm in IDENTITY_ARMS}, arms=True)
     if names is None:
         return IDENTITY_ARMS
     always = {STOCK.name, STOCK_AGAIN.name}

@@ -70,6 +70,7 @@ from .arms import (
     Runner,
 )
 from .client import WorkerError
+from .envs import ROUNDS_ENV, ROUNDS_PER_ENGINE_ENV, TIMING_SERVING_ENV, WORKLOAD_ENV
 from .session import (
     PROFILE_ENV,
     Settings,
@@ -168,10 +169,6 @@ class Plan:
         return "".join(f"-{part}" for part in parts)
 
 
-ROUNDS_ENV = "SR_ENGINE_ROUNDS"
-ROUNDS_PER_ENGINE_ENV = "SR_ENGINE_ROUNDS_PER_ENGINE"
-TIMING_SERVING_ENV = "SR_ENGINE_TIMING_SERVING"
-WORKLOAD_ENV = "SR_ENGINE_WORKLOAD"
 WORKLOADS = ("decode", "mixed")
 # A mixed step's batch sizes: one of max_num_seqs' 8 slots prefills.
 MIXED_BATCH_SIZES = (1, 2, 4)

@@ -35,20 +35,43 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
-import hashlib
 import json
 import math
 import os
 import random
-import statistics
 import sys
 import time
 import traceback
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from . import arms, model
 from .arms import GraphMode, Perturb
+from .envs import ARM_ENV, LLM_KWARGS_ENV, TORCH_DETERMINISTIC_ENV
+from .spans import (
+    RankError,
+    _install_spans,
+    _median,
+    _start_profile,
+    _stop_profile,
+    _synchronize,
+    _take_forwards,
+    _take_spans,
+    _watch_forwards,
+    merge_forward_gpu,
+    merge_spans,
+    mixed_batch_error,
+)
+from .state import (
+    _logprobs,
+    layer_sums,
+    rng_offset,
+    sanity,
+    slot_sums,
+    state_fingerprint,
+    state_sha256,
+    zero_states,
+)
 
 # The identity workload: requests of mixed prompt lengths arriving over the
 # run (engine step at which each is added), up to 8 running at once, long
@@ -58,15 +81,6 @@ ARRIVAL_STEPS = (0, 0, 0, 3, 6, 10, 17, 25, 33, 41, 50, 60)
 MAX_TOKENS = (80, 96, 64, 72, 100, 40, 88, 70, 50, 96, 64, 56)
 PROMPT_SEED = 7
 LAYER_STEPS = 3
-# LLM(...) arguments over arms.engine_kwargs', as JSON (a diagnostic's:
-# bench/engine/reproduce.py).  And torch's deterministic algorithms, set
-# before vLLM loads: "1" with new allocations filled (NaN in floats, the
-# largest integer in integers), "nofill" without (arms.IDENTITY_ENV).
-LLM_KWARGS_ENV = "SR_ENGINE_LLM_KWARGS"
-TORCH_DETERMINISTIC_ENV = "SR_ENGINE_TORCH_DETERMINISTIC"
-# The arm's name, set by main before the engine starts, so every rank's
-# process has it (prepare_rank).
-ARM_ENV = "SR_ENGINE_ARM"
 TIMING_PROMPT_LENGTH = 32
 # Under prefix caching, these requests' prompts start with one shared prefix
 # of SHARED_PREFIX_BLOCKS of the engine's blocks (known once it has started),
@@ -161,29 +175,29 @@ def _replace_ssu_torch(perturb: Perturb, every: int) -> None:
 
 
 def _variant_prefetcher(prefetch: Any, *, drawer: str, sync_plan: str | None) -> Any:
-    """runner_hooks' SRSeedPrefetcher of the size and device of the SeedPrefetch
+    """bench.variants' ResetPrefetcherByName of the size and device of the SeedPrefetch
     that the patched vLLM hands its own."""
-    import runner_hooks
+    from bench.variants import ResetPrefetcherByName
 
-    return runner_hooks.SRSeedPrefetcher(
+    return ResetPrefetcherByName(
         prefetch.num_seeds, prefetch.device, drawer=drawer, sync_plan=sync_plan
     )
 
 
 def _use_variant(drawer: str, sync_plan: str | None) -> None:
-    """The patched vLLM attaches runner_hooks' SRSeedPrefetcher with this drawer
+    """The patched vLLM attaches bench.variants' ResetPrefetcherByName with this drawer
     and plan in place of its vendored one, which has one of each."""
     import functools
 
     from vllm.model_executor.layers.mamba.ops import ssu_dispatch
 
-    import runner_hooks
-    from runner_hooks.drawers import drawer_factory
+    from bench.drawers import drawer_factory
+    from bench.sync import resolve_sync_plan
 
     # An unknown name fails here, not in the engine.
     drawer_factory(drawer)
     if sync_plan is not None:
-        runner_hooks.resolve_sync_plan(sync_plan)
+        resolve_sync_plan(sync_plan)
     ssu_dispatch.SRSeedPrefetcher = functools.partial(  # type: ignore[misc]
         _variant_prefetcher, drawer=drawer, sync_plan=sync_plan
     )
@@ -216,10 +230,6 @@ def prepare_rank() -> None:
     _PREPARED = True
 
 
-class RankError(RuntimeError):
-    """The TP ranks' replies to a collective_rpc are not one from every rank."""
-
-
 def _on_rank(worker: Any, func: Callable[..., Any], *args: Any) -> tuple[int, Any]:
     """A collective_rpc target: func(worker, *args) on one rank, with its rank."""
     return worker.rank, func(worker, *args)
@@ -242,588 +252,6 @@ def _init_weights(worker: Any) -> int:
     """model.init_weights on this rank's shard, from a seed of the rank's own
     (WEIGHT_SEED at rank 0, as at TP 1): ranks hold different weights."""
     return model.init_weights(worker.get_model(), model.WEIGHT_SEED + worker.rank)
-
-
-def _mamba_caches(net: Any) -> list[Any]:
-    """Per Mamba-2 layer, in the model's order (layers.0 first, then layers.2:
-    named_modules' order), its (conv state, SSM state) tensors: first
-    dimension the cache slot (vLLM's block id)."""
-    from vllm.model_executor.layers.mamba.mamba_mixer2 import MambaMixer2
-
-    return [module.kv_cache for _, module in net.named_modules() if isinstance(module, MambaMixer2)]
-
-
-def _ssm_states(net: Any) -> list[Any]:
-    return [cache[1] for cache in _mamba_caches(net)]
-
-
-def _request_slots(state: Any) -> Any:
-    """A state tensor without slot 0: vLLM's null block, which no request holds.
-    A padded CUDA-graph batch (V2 FULL) reads and writes its padding entries
-    there, from stale input buffers: bits no request ever reads, and not the
-    same from process to process."""
-    return state[1:]
-
-
-def zero_states(net: Any) -> int:
-    """Zeroes every Mamba-2 layer's conv and SSM state, every slot; returns the
-    layer count.  Profile, warm-up and capture forwards leave bits of their own
-    in slots no request holds yet; from zero, a slot differs only where a
-    request's (or padding's) forward wrote different bits (with prefix
-    caching, a request holds a slot per block of its tokens)."""
-    import torch
-
-    caches = _mamba_caches(net)
-    for cache in caches:
-        for tensor in cache:
-            tensor.zero_()
-    torch.cuda.synchronize()
-    return len(caches)
-
-
-_WEIGHTS: dict[int, Any] = {}
-
-
-def _weights(n: int, which: int) -> Any:
-    """Odd int64 weights, fixed per (length, which): a single changed 32-bit word
-    changes a weighted sum."""
-    import torch
-
-    key = n * 2 + which
-    if key not in _WEIGHTS:
-        gen = torch.Generator().manual_seed(which + 1)
-        w = torch.randint(0, 2**62, (n,), generator=gen, dtype=torch.int64) * 2 + 1
-        _WEIGHTS[key] = w.cuda()
-    return _WEIGHTS[key]
-
-
-def layer_sums(net: Any) -> list[str]:
-    """Per Mamba-2 layer, in layer order, its fp16 SSM state in every slot a
-    request can hold, as two 64-bit weighted sums of its 32-bit words (on the
-    GPU; integer sums do not depend on order), as 32 hex digits.
-
-    vLLM's hybrid KV cache lets one layer of each KV-cache group share a
-    tensor, each group on blocks of its own: a layer's tensor, every slot,
-    holds other layers' states (and attention blocks) too.  So the sums cover
-    every layer's state, and layers that share a tensor give the same sums."""
-    import torch
-
-    torch.cuda.synchronize()
-    sums = []
-    for state in _ssm_states(net):
-        words = _request_slots(state).contiguous().view(-1).view(torch.int32).to(torch.int64)
-        both = b"".join(
-            int((words * _weights(words.numel(), which)).sum().item()).to_bytes(
-                8, "little", signed=True
-            )
-            for which in (0, 1)
-        )
-        sums.append(both.hex())
-    return sums
-
-
-def slot_sums(net: Any) -> list[str]:
-    """Per cache slot (the state tensors' first dimension), a 64-bit weighted
-    sum of its 32-bit words over every Mamba-2 layer, as 16 hex digits: which
-    slots differ tells a difference in a request's state from one in slots no
-    request holds (written only by warm-up and capture forwards)."""
-    import torch
-
-    torch.cuda.synchronize()
-    total = None
-    for state in _ssm_states(net):
-        rows = state.contiguous().view(state.shape[0], -1).view(torch.int32).to(torch.int64)
-        per_slot = (rows * _weights(rows.shape[1], 0)).sum(dim=1)
-        total = per_slot if total is None else total + per_slot
-    return [] if total is None else [f"{int(v) & (2**64 - 1):016x}" for v in total.tolist()]
-
-
-def rng_offset(_net: Any = None) -> int:
-    """Where the default CUDA generator (the SR seeds' source) stands: two
-    processes that took the same draws report the same offset."""
-    import torch
-
-    return int(torch.cuda.default_generators[torch.cuda.current_device()].get_offset())
-
-
-def state_fingerprint(sums: list[str]) -> str:
-    """One digest of every layer's sums."""
-    return hashlib.sha256(bytes.fromhex("".join(sums))).hexdigest()
-
-
-def state_sha256(net: Any) -> str:
-    """sha256 of the bytes of every Mamba-2 layer's SSM state in every slot a
-    request can hold, in layer order."""
-    import torch
-
-    torch.cuda.synchronize()
-    digest = hashlib.sha256()
-    for state in _ssm_states(net):
-        digest.update(
-            _request_slots(state).contiguous().view(-1).view(torch.uint8).cpu().numpy().tobytes()
-        )
-    return digest.hexdigest()
-
-
-def sanity(finals: dict[str, Any]) -> dict[str, Any]:
-    """What rules out a trivial agreement (every process sampling from NaN
-    logits agrees too): whether every sampled token's logprob is finite, and
-    the fewest distinct token ids any request sampled."""
-    logprobs = [
-        entry.logprob
-        for c in finals.values()
-        for position in (c.logprobs or [])
-        for entry in position.values()
-    ]
-    return {
-        "finite_logprobs": bool(logprobs) and all(math.isfinite(v) for v in logprobs),
-        "fewest_distinct_tokens": min((len(set(c.token_ids)) for c in finals.values()), default=0),
-    }
-
-
-def _logprobs(output: Any) -> list[list[Any]]:
-    """Per generated position: (token id, logprob as float.hex()) pairs, sorted."""
-    return [
-        sorted([token, float(entry.logprob).hex()] for token, entry in position.items())
-        for position in (output.logprobs or [])
-    ]
-
-
-class ForwardSpans:
-    """CUDA events around the model runner's `execute_model`, one pair per call.
-
-    A pair spans, on the GPU's timeline, from where the host entered
-    execute_model (input preparation, then the forward: a graph replay, or
-    the eager / piecewise kernels) to where it left: the step's forward as
-    the GPU sees it, without the scheduler, sampling and output processing
-    around it (whose host time the wall clock carries).
-    """
-
-    def __init__(self) -> None:
-        self.pairs: list[tuple[Any, Any]] = []
-
-    def install(self, worker: Any, on_end: Callable[[], None] = lambda: None) -> None:
-        """Wraps the worker's execute_model; `on_end()` runs as each call ends."""
-        import torch
-
-        runner = worker.model_runner
-        original = runner.execute_model
-
-        def timed(*args: Any, **kwargs: Any) -> Any:
-            start = torch.cuda.Event(enable_timing=True)
-            end = torch.cuda.Event(enable_timing=True)
-            start.record()
-            try:
-                return original(*args, **kwargs)
-            finally:
-                end.record()
-                self.pairs.append((start, end))
-                on_end()
-
-        runner.execute_model = timed
-
-    def take(self) -> list[float]:
-        """Seconds of each pair recorded since the last take (the GPU must be synchronized)."""
-        pairs, self.pairs = self.pairs, []
-        return [start.elapsed_time(end) / 1e3 for start, end in pairs]
-
-
-SPIN_CYCLES = 200_000
-"""GPU clock cycles the stream spins before each replay's start event (about
-100 µs on an H200): longer than the host takes to enqueue the replay."""
-
-
-class ReplaySpans:
-    """CUDA events around every CUDA graph replay of this process.
-
-    `CUDAGraph.replay()` enqueues torch's replay prologue (for a graph that
-    draws from a generator, two fill kernels that hand it the generator's seed
-    and offset) and then the graph, one launch.  On an idle GPU a start event
-    recorded just before would also time the host enqueuing those, which only
-    graphs that draw pay: the floor's graph draws nothing.  So the stream
-    first spins (`SPIN_CYCLES`), the start event is recorded behind the spin,
-    and by the time it fires the host has enqueued the whole replay: the pair
-    spans the prologue's kernels and the graph's back to back on the GPU, what
-    the microbenchmark's graph mode times.
-    """
-
-    def __init__(self) -> None:
-        self.pairs: list[tuple[Any, Any]] = []
-        # False: replays run as torch's, no spin and no events, only counted
-        # (untimed): the mixed workload times whole forwards (ForwardGpuSpans).
-        self.timing = True
-        self.untimed = 0
-
-    def install(self) -> None:
-        import torch
-
-        original = torch.cuda.CUDAGraph.replay
-        pairs = self.pairs
-
-        def replay(graph: Any) -> None:
-            if not self.timing:
-                self.untimed += 1
-                original(graph)
-                return
-            start = torch.cuda.Event(enable_timing=True)
-            end = torch.cuda.Event(enable_timing=True)
-            torch.cuda._sleep(SPIN_CYCLES)
-            start.record()
-            original(graph)
-            end.record()
-            pairs.append((start, end))
-
-        torch.cuda.CUDAGraph.replay = replay  # type: ignore[method-assign]
-
-    def per_step(self, marks: list[int]) -> list[float | None]:
-        """Seconds of replay per step, marks[i] being the pair count after step
-        i (the GPU must be synchronized); None for a step without a replay."""
-        totals: list[float | None] = []
-        begin = 0
-        for mark in marks:
-            step = self.pairs[begin:mark]
-            totals.append(sum(s.elapsed_time(e) for s, e in step) / 1e3 if step else None)
-            begin = mark
-        return totals
-
-
-class RankSpans:
-    """One rank's timers: its forward spans, and the process's replay spans
-    split by forward (the pair count as each execute_model call ends)."""
-
-    def __init__(self, replays: ReplaySpans) -> None:
-        self.forwards = ForwardSpans()
-        self.replays = replays
-        self.marks: list[int] = []
-
-    def install(self, worker: Any) -> None:
-        self.forwards.install(worker, on_end=lambda: self.marks.append(len(self.replays.pairs)))
-
-    def take(self) -> dict[str, Any]:
-        """Per forward since the last take: its seconds, and its replays'
-        (None for none); and how many replays (the GPU must be synchronized)."""
-        replays = self.replays.per_step(self.marks)
-        count = len(self.replays.pairs) + self.replays.untimed
-        self.replays.pairs.clear()
-        self.replays.untimed = 0
-        self.marks = []
-        return {"forward_s": self.forwards.take(), "replay_s": replays, "replays": count}
-
-
-SPIN_CYCLES_PER_S = 2e9
-"""More GPU clock cycles per second than an H200 runs (its top SM clock is 1980
-MHz): a spin of s x SPIN_CYCLES_PER_S cycles lasts at least s seconds."""
-FORWARD_SEGMENT_REPLAYS = 8
-"""A spun forward is timed in segments of this many CUDA graph replays and the
-eager kernels after them (a PIECEWISE forward replays a piece between every two
-of its attention and Mamba-2 layers, whose kernels run eagerly), each behind a
-spin of its own: the host enqueues at most a segment ahead of the GPU, well
-short of the about 1000 launches a stream holds before the host blocks."""
-FORWARD_SPIN_MARGIN = 2.0
-"""A segment's spin, in multiples of the host's time in that segment of the
-forward before."""
-FORWARD_SPIN_MIN_S = 1e-3
-"""The shortest spin: a host pause (a garbage collection) up to about this long
-still leaves the segment covered."""
-FORWARD_SPIN_FIRST_S = 0.05
-"""The spin of a segment no forward before has timed."""
-FORWARD_SPIN_MAX_S = 0.5
-"""The longest spin: a segment whose host time is longer is left uncovered."""
-
-
-def mamba_batch(attn_metadata: Any) -> list[int | None]:
-    """[decodes, prefills, prefill tokens] of a forward's batch, read off its
-    attn_metadata (layer name -> metadata, as both runners pass it to
-    set_forward_context) at the first layer with Mamba metadata (vLLM's
-    BaseMambaAttentionMetadata); Nones where there is none."""
-    if isinstance(attn_metadata, dict):
-        for metadata in attn_metadata.values():
-            counts = [
-                getattr(metadata, name, None)
-                for name in ("num_decodes", "num_prefills", "num_prefill_tokens")
-            ]
-            if all(isinstance(count, int) for count in counts):
-                return counts
-    return [None, None, None]
-
-
-class ForwardGpuSpans:
-    """CUDA events around each forward a model runner opens: the body of its
-    `with set_forward_context(...)` (the hooks' seed draws, the model's eager
-    kernels and piecewise replays), in segments (FORWARD_SEGMENT_REPLAYS), each
-    behind a spin, as ReplaySpans times a replay.
-
-    A segment's spin lasts FORWARD_SPIN_MARGIN x the host's time in that
-    segment of the forward before, so the GPU reaches the segment's start
-    event only after the host has enqueued all of it: each pair spans the
-    segment's kernels back to back, not the host's gaps between them, and the
-    forward's GPU time is their sum.  Each segment checks that: if its start
-    event has completed by the time the host leaves it (a sync inside, a full
-    launch queue, a spin too short), the pair holds host time, and the forward
-    is uncovered (no figure).  While watching, each forward also leaves its
-    batch: the CUDA-graph mode it ran in, and mamba_batch's counts.
-    """
-
-    def __init__(self) -> None:
-        self.watching = False  # record each forward's batch
-        self.spinning = False  # and time it behind spins
-        # The host's seconds in each segment of the last watched forward.
-        self.segment_host_s: list[float] = []
-        self._inside = False
-        self.reset()
-
-    def reset(self) -> None:
-        self.batches: list[list[Any]] = []
-        self.host_times: list[float] = []
-        # Per forward: its segments' (start, end, covered); None where not spun.
-        self.segments: list[list[tuple[Any, Any, bool]] | None] = []
-
-    def spin_cycles(self, segment: int) -> int:
-        """The spin of a forward's `segment`-th segment (SPIN_CYCLES_PER_S a second)."""
-        hosts = self.segment_host_s
-        host = hosts[segment] if segment < len(hosts) else max(hosts, default=None)
-        seconds = FORWARD_SPIN_FIRST_S if host is None else FORWARD_SPIN_MARGIN * host
-        seconds = min(max(seconds, FORWARD_SPIN_MIN_S), FORWARD_SPIN_MAX_S)
-        return int(seconds * SPIN_CYCLES_PER_S)
-
-    def install(self, module: Any) -> None:
-        """Wraps the set_forward_context of `module`, a runner's module, which
-        its execute_model calls by that name, and CUDAGraph.replay (where the
-        segments of a watched forward end)."""
-        import torch
-
-        original = module.set_forward_context
-        original_replay = torch.cuda.CUDAGraph.replay
-
-        @contextlib.contextmanager
-        def watched(attn_metadata: Any, *args: Any, **kwargs: Any) -> Iterator[Any]:
-            if not self.watching:
-                with original(attn_metadata, *args, **kwargs) as context:
-                    yield context
-                return
-            self._begin()
-            try:
-                with original(attn_metadata, *args, **kwargs) as context:
-                    yield context
-            finally:
-                self._inside = False
-            self._end()
-            mode = kwargs.get("cudagraph_runtime_mode")
-            self.batches.append([getattr(mode, "name", mode), *mamba_batch(attn_metadata)])
-
-        def replay(graph: Any) -> None:
-            if self._inside:
-                if self._replays and self._replays % FORWARD_SEGMENT_REPLAYS == 0:
-                    self._close()
-                    self._open()
-                self._replays += 1
-            original_replay(graph)
-
-        module.set_forward_context = watched
-        torch.cuda.CUDAGraph.replay = replay  # type: ignore[method-assign]
-
-    def _begin(self) -> None:
-        import torch
-
-        self._pairs: list[tuple[Any, Any, bool]] = []
-        self._hosts: list[float] = []
-        self._replays = 0
-        self._inside = True
-        if self.spinning:
-            # Spins outlast the host: without a sync between forwards the GPU
-            # would fall further behind each one, until the launch queue fills.
-            torch.cuda.synchronize()
-        self._open()
-
-    def _open(self) -> None:
-        import torch
-
-        self._start = None
-        if self.spinning:
-            self._start = torch.cuda.Event(enable_timing=True)
-            torch.cuda._sleep(self.spin_cycles(len(self._hosts)))
-            self._start.record()
-        self._began = time.perf_counter()
-
-    def _close(self) -> None:
-        import torch
-
-        self._hosts.append(time.perf_counter() - self._began)
-        if self._start is not None:
-            covered = not self._start.query()
-            end = torch.cuda.Event(enable_timing=True)
-            end.record()
-            self._pairs.append((self._start, end, covered))
-
-    def _end(self) -> None:
-        self._close()
-        self.segment_host_s = self._hosts
-        self.host_times.append(sum(self._hosts))
-        self.segments.append(self._pairs if self.spinning else None)
-
-    def take(self) -> dict[str, Any]:
-        """Per forward since the last take: its batch, the host's seconds in
-        its body, and its segments' seconds (None: not spun, or a segment
-        uncovered); how many spun forwards were uncovered (the GPU must be
-        synchronized)."""
-        segments, batches, host_times = self.segments, self.batches, self.host_times
-        self.reset()
-        return {
-            "batches": batches,
-            "host_s": host_times,
-            "segments_s": [
-                None
-                if pairs is None or not all(covered for _, _, covered in pairs)
-                else [start.elapsed_time(end) / 1e3 for start, end, _ in pairs]
-                for pairs in segments
-            ],
-            "uncovered": sum(
-                pairs is not None and not all(covered for _, _, covered in pairs)
-                for pairs in segments
-            ),
-        }
-
-
-# This process's (under TP, a rank's) timers, set by _install_spans (the
-# forwards' by _watch_forwards), and profiler, between _start_profile and
-# _stop_profile.
-_REPLAYS: ReplaySpans | None = None
-_SPANS: RankSpans | None = None
-_FORWARDS: ForwardGpuSpans | None = None
-_PROFILE: Any = None
-
-
-def _install_spans(worker: Any) -> None:
-    """This rank's timers on `worker`; CUDAGraph.replay is wrapped once per process."""
-    global _REPLAYS, _SPANS
-    if _REPLAYS is None:
-        _REPLAYS = ReplaySpans()
-        _REPLAYS.install()
-    _SPANS = RankSpans(_REPLAYS)
-    _SPANS.install(worker)
-
-
-def _watch_forwards(worker: Any, spin: bool | None) -> None:
-    """This rank's forwards watched (ForwardGpuSpans; spin: timed behind a
-    spin too) and its replays counted untimed; spin None: neither, the decode
-    timers as they were.  The runner module's set_forward_context is wrapped
-    once per process, at the first call."""
-    global _FORWARDS
-    assert _REPLAYS is not None, "_install_spans first"
-    if _FORWARDS is None:
-        _FORWARDS = ForwardGpuSpans()
-        _FORWARDS.install(sys.modules[type(worker.model_runner).__module__])
-    _FORWARDS.reset()
-    _FORWARDS.watching, _FORWARDS.spinning = spin is not None, bool(spin)
-    _REPLAYS.timing = spin is None
-
-
-def _take_forwards(worker: Any) -> dict[str, Any]:
-    assert _FORWARDS is not None, "_watch_forwards first"
-    _synchronize(worker)
-    return _FORWARDS.take()
-
-
-def _synchronize(_worker: Any) -> None:
-    import torch
-
-    torch.cuda.synchronize()
-
-
-def _take_spans(worker: Any) -> dict[str, Any]:
-    assert _SPANS is not None, "_install_spans first"
-    _synchronize(worker)
-    return _SPANS.take()
-
-
-def _start_profile(_worker: Any) -> None:
-    global _PROFILE
-    from torch.profiler import ProfilerActivity, profile
-
-    _synchronize(_worker)
-    _PROFILE = profile(activities=[ProfilerActivity.CUDA])
-    _PROFILE.start()
-
-
-def _stop_profile(worker: Any, steps: int) -> list[list[Any]]:
-    global _PROFILE
-    _synchronize(worker)
-    trace, _PROFILE = _PROFILE, None
-    trace.stop()
-    return kernels_per_step(trace.key_averages(), steps)
-
-
-def _median(values: Iterable[float]) -> float | None:
-    kept = list(values)
-    return statistics.median(kept) if kept else None
-
-
-def merge_spans(ranks: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """A decode burst's GPU figures from every rank's RankSpans.take (in rank
-    order).  Per forward the slowest rank's span: the ranks meet in every
-    layer's all-reduce, so a step lasts as long as its slowest rank; the
-    median of that over forwards (forward_s, replay_s; at TP 1 the one
-    rank's).  Beside it each rank's own median replay, and the spread: the
-    median over forwards of the slowest rank's replay less the fastest's."""
-    counts = [len(rank["forward_s"]) for rank in ranks]
-    if len(set(counts)) > 1:
-        raise RankError(f"the ranks timed different numbers of forwards: {counts}")
-    forwards = [max(spans) for spans in zip(*(rank["forward_s"] for rank in ranks), strict=True)]
-    replayed = [
-        [span for span in spans if span is not None]
-        for spans in zip(*(rank["replay_s"] for rank in ranks), strict=True)
-    ]
-    replayed = [spans for spans in replayed if spans]
-    return {
-        "forward_s": _median(forwards),
-        "forwards": len(forwards),
-        "replay_s": _median(max(spans) for spans in replayed),
-        "replay_spread_s": _median(max(spans) - min(spans) for spans in replayed),
-        "rank_replay_s": [
-            _median(span for span in rank["replay_s"] if span is not None) for rank in ranks
-        ],
-    }
-
-
-def merge_forward_gpu(ranks: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """A spun burst's GPU figure from every rank's ForwardGpuSpans.take (in rank
-    order): per forward that every rank covered, the sum over its segments of
-    the fastest rank's span (a rank whose spin ends first waits, inside its
-    span, at the segment's first all-reduce for the others; the one whose spin
-    ends last waits for none), and the median of that over forwards
-    (forward_gpu_s; at TP 1 the one rank's); how many forwards it holds, and
-    how many were left out; and the median of the host's time in a forward's
-    body (its slowest rank's), which the spins must outlast."""
-    counts = [len(rank["segments_s"]) for rank in ranks]
-    if len(set(counts)) > 1:
-        raise RankError(f"the ranks watched different numbers of forwards: {counts}")
-    forwards = list(zip(*(rank["segments_s"] for rank in ranks), strict=True))
-    covered = [segments for segments in forwards if None not in segments]
-    for segments in covered:
-        if len({len(spans) for spans in segments}) > 1:
-            raise RankError(f"the ranks timed a forward in different segments: {segments}")
-    totals = [sum(map(min, zip(*segments, strict=True))) for segments in covered]
-    return {
-        "forward_gpu_s": _median(totals),
-        "gpu_forwards": len(totals),
-        "gpu_uncovered": len(forwards) - len(covered),
-        "spun_host_s": _median(map(max, zip(*(rank["host_s"] for rank in ranks), strict=True))),
-    }
-
-
-def mixed_batch_error(batches: Sequence[Sequence[Any]], bs: int) -> str | None:
-    """Why the forwards of `batches` (ForwardGpuSpans') are not all mixed steps
-    of `bs` decodes beside a prefill chunk on piecewise graphs; None if they are."""
-    if not batches:
-        return "no forward was watched: the runner did not call its set_forward_context"
-    for index, (mode, decodes, prefills, _) in enumerate(batches):
-        if mode != "PIECEWISE" or decodes != bs or not prefills:
-            return (
-                f"forward {index} ran {decodes} decodes and {prefills} prefills in CUDA-graph "
-                f"mode {mode}: not a mixed step of {bs} decodes beside a prefill chunk on "
-                "piecewise graphs"
-            )
-    return None
 
 
 class Engine:
@@ -1145,19 +573,6 @@ class Engine:
         self._each_rank(_start_profile)
         self._steps(engine, steps)
         return self._each_rank(_stop_profile, steps)[0]
-
-
-def kernels_per_step(averages: Iterable[Any], steps: int) -> list[list[Any]]:
-    """[name, launches per step, device µs per step] of every kernel torch's
-    profiler timed (its key_averages()), the most device time first."""
-    rows = []
-    for average in averages:
-        device_us = getattr(average, "self_device_time_total", None)
-        if device_us is None:  # torch before 2.4 named it after CUDA
-            device_us = average.self_cuda_time_total
-        if device_us > 0:
-            rows.append([average.key, average.count / steps, round(device_us / steps, 2)])
-    return sorted(rows, key=lambda row: -row[2])
 
 
 def main(argv: list[str] | None = None) -> int:

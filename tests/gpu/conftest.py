@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 import pytest
 import torch
 
-from runner_hooks import SYNC_PLANS
+from bench.sync import SYNC_PLANS
 
 from .harness import Runner, require_drawer
 

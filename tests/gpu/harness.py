@@ -16,12 +16,12 @@ from contextlib import contextmanager
 import pytest
 import torch
 
-from runner_hooks import (
-    ForwardContextSeedPrefetcher,
-    ForwardHooks,
-    ForwardInfo,
-    SRSeedPrefetcher,
+from bench.variants import (
+    BodyFirstForwardHooks,
+    ForwardContextPrefetcherByName,
+    ResetPrefetcherByName,
 )
+from runner_hooks.hooks import ForwardInfo
 
 NUM_LAYERS = 12
 """Mamba-2 layers per forward: enough for a geometric plan of five events."""
@@ -52,11 +52,11 @@ class Runner:
     ) -> None:
         self.device = torch.device("cuda", torch.cuda.current_device())
         self.num_layers = num_layers
-        self.hooks = ForwardHooks()
+        self.hooks = BodyFirstForwardHooks()
         self.current: Forward | None = None
-        self.prefetcher: SRSeedPrefetcher | ForwardContextSeedPrefetcher | None
+        self.prefetcher: ResetPrefetcherByName | ForwardContextPrefetcherByName | None
         if design == "reset":
-            self.prefetcher = SRSeedPrefetcher(
+            self.prefetcher = ResetPrefetcherByName(
                 num_layers,
                 self.device,
                 sync_plan=sync_plan,
@@ -64,7 +64,7 @@ class Runner:
             )
             self.hooks.register(self.prefetcher)
         elif design == "baseline":
-            self.prefetcher = ForwardContextSeedPrefetcher(
+            self.prefetcher = ForwardContextPrefetcherByName(
                 num_layers,
                 self.device,
                 lambda: self.current,
@@ -150,7 +150,7 @@ def assert_same_seeds(stock: list[torch.Tensor], ours: list[torch.Tensor]) -> No
 
 def require_drawer(name: str) -> None:
     """Skips, with the reason, a test of a drawer that cannot be built here."""
-    from runner_hooks import resolve_drawer
+    from bench.drawers import resolve_drawer
 
     try:
         resolve_drawer(name)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from runner_hooks import SYNC_PLANS
+from bench.sync import SYNC_PLANS
 
 from .harness import require_drawer
 

@@ -17,7 +17,7 @@ from collections.abc import Callable
 import pytest
 import torch
 
-from runner_hooks import SYNC_PLANS
+from bench.sync import SYNC_PLANS
 
 from .harness import DECODE, FULL_GRAPH, Runner, require_drawer
 

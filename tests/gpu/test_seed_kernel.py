@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from bench.drawers import SeedDrawer, stock_seed
 from runner_hooks.core import seed_kernel
 from runner_hooks.core.seed_kernel import KernelDrawer, SeedKernelUnavailable
-from runner_hooks.drawers import SeedDrawer, stock_seed
 
 from ..child import run_child
 

@@ -17,7 +17,7 @@ import textwrap
 import pytest
 import torch
 
-from runner_hooks import SYNC_PLANS
+from bench.sync import SYNC_PLANS
 from runner_hooks.core import prefetch as prefetch_module
 
 from .harness import DECODE, NUM_LAYERS, Runner, assert_same_seeds, run_both
@@ -124,13 +124,13 @@ def seeds_read_after_the_prefetcher_is_replaced(sync_plan: str, drawer: str) -> 
     """A forward on a pool stream reads its seeds after a stall; meanwhile the
     prefetcher is dropped (as a KV-cache init replaces it) and the default stream
     fills new tensors of the eager buffer's size with -1."""
-    from runner_hooks import ForwardHooks, SRSeedPrefetcher
+    from bench.variants import BodyFirstForwardHooks, ResetPrefetcherByName
 
     device = torch.device("cuda", torch.cuda.current_device())
     out = torch.zeros(NUM_LAYERS, dtype=torch.int64, device=device)
     pool = torch.cuda.Stream()
-    hooks = ForwardHooks()
-    prefetcher = SRSeedPrefetcher(NUM_LAYERS, device, sync_plan=sync_plan, drawer=drawer)
+    hooks = BodyFirstForwardHooks()
+    prefetcher = ResetPrefetcherByName(NUM_LAYERS, device, sync_plan=sync_plan, drawer=drawer)
     handle = hooks.register(prefetcher)
     with torch.cuda.stream(pool), hooks.forward(DECODE):
         torch.cuda._sleep(64 * STALL)

@@ -22,7 +22,7 @@
 #             step cut off by `timeout`
 # An identity run cut off by a time limit goes on where it stopped when run again on the
 # same machine with the same code and vLLM (its records are kept in /tmp/sr-engine, under
-# a stamp of vllm_patch/, runner_hooks/, bench/engine/ and the site's vLLM version).
+# a stamp of vllm_patch/, runner_hooks/, bench/engine/, the bench variants it attaches and the site's vLLM version).
 # The patched copies ($SR_ENGINE_SITE-reset, $SR_ENGINE_SITE-forward-context) are
 # hard-linked copies of the site (the patch replaces files, it never writes through a
 # link), made again when that stamp changes; the reset copy gets its seed op from
@@ -37,7 +37,7 @@ mkdir -p "$out/engine"
 site=${SR_ENGINE_SITE:-/tmp/site}
 dist=$(cd "$site" 2>/dev/null && ls -d vllm-*.dist-info 2>/dev/null)
 [ -n "$dist" ] || { echo "no vLLM installed in $site (SR_ENGINE_SITE): stage one first"; exit 1; }
-stamp=$( (find vllm_patch runner_hooks bench/engine -type f ! -path '*__pycache__*' | sort \
+stamp=$( (find vllm_patch runner_hooks bench/engine bench/variants.py bench/drawers.py bench/sync.py -type f ! -path '*__pycache__*' | sort \
   | xargs cat; echo "$dist") | sha256sum | cut -c1-12)
 export OUT=$out TORCH_EXTENSIONS_DIR=/tmp/torch_ext
 tp=${SR_ENGINE_TP:-1}

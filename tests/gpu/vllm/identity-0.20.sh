@@ -8,7 +8,7 @@
 # Side by side on the one GPU, V1 only (0.20.0's V2 runner refuses hybrid models), each
 # cut off after $T seconds (default 450):
 #   fork      the fork's test per design on a copy of the site (first call only)
-#   identity  stock, stock-again, the default (reset-kernel), the forward-context design
+#   identity  stock, stock-again, the default (reset), the forward-context design
 #             and the one-seed control ($ARMS), eager and FULL_AND_PIECEWISE
 #   serving   stock, stock-again, the default and the one-seed control, FULL_AND_PIECEWISE,
 #             in $SERVINGS (default seed-serving: MTP K=7 + async scheduling + prefix
@@ -22,7 +22,7 @@ source tests/gpu/vllm/stage-0.20.sh env
 out=${OUT:-/tmp/out}
 mkdir -p "$out"
 T=${T:-450}
-ARMS=${ARMS:-reset-kernel,forward-context,control-one-seed}
+ARMS=${ARMS:-reset,forward-context,control-one-seed}
 echo "start $(date -u +%T)"
 bash tests/gpu/vllm/engine.sh > "$out/prep.log" 2>&1 || { tail -20 "$out/prep.log"; exit 1; }
 if [ "${1:-}" != resume ]; then
@@ -30,7 +30,7 @@ if [ "${1:-}" != resume ]; then
 fi
 (OUT=$out/serving SR_ENGINE_RESUME=/tmp/sr-engine/serving-0.20.0.json \
   SR_ENGINE_SERVING=${SERVINGS:-seed-serving} SR_ENGINE_MODES=FULL_AND_PIECEWISE \
-  SR_ENGINE_IDENTITY_ARMS=reset-kernel,control-one-seed \
+  SR_ENGINE_IDENTITY_ARMS=reset,control-one-seed \
   timeout "$T" bash tests/gpu/vllm/engine.sh identity > "$out/serving.log" 2>&1) &
 OUT=$out SR_ENGINE_IDENTITY_ARMS=$ARMS SR_ENGINE_MODES=eager,FULL_AND_PIECEWISE \
   timeout "$T" bash tests/gpu/vllm/engine.sh identity > "$out/identity.log" 2>&1

@@ -24,14 +24,13 @@ records on any machine (cells it lacks skip), in report.py's compact form.
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from bench.engine import model
+from bench.engine import compact, model
 from bench.engine.arms import (
     ARMS,
     CONTROLS,
@@ -44,8 +43,9 @@ from bench.engine.arms import (
     Runner,
     Serving,
 )
+from bench.engine.envs import RECORDS_ENV
 from bench.engine.identity import MODES, key, run
-from bench.engine.report import compact_record, first_difference, merge_identity, rank_states
+from bench.engine.report import compact_record, first_difference, rank_states
 from bench.engine.session import (
     IDENTITY_ARMS_ENV,
     MODES_ENV,
@@ -56,7 +56,6 @@ from bench.engine.session import (
 )
 from bench.engine.worker import SHARED_PREFIX_REQUESTS
 
-RECORDS_ENV = "SR_ENGINE_RECORDS"
 SAVED = os.environ.get(RECORDS_ENV)
 pytestmark = [] if SAVED else [pytest.mark.gpu]
 
@@ -72,15 +71,13 @@ def cell_id(cell: tuple[GraphMode, Serving]) -> str:
 
 
 def saved_records(path: Path) -> dict[str, Any]:
-    """A run's records from its identity.json or its committed compact file (the
-    last run of a cell where the file merges several)."""
-    data = json.loads(path.read_text())
-    records = data["records"]
-    compact = all(isinstance(runs, list) for runs in records.values())
-    merged = records if compact else merge_identity([data])
+    """A run's records from its identity.json or its committed file, of any form
+    bench/engine/compact.py reads (the last run of a cell where the file merges
+    several; arms under their current names)."""
+    data = compact.load(path)
     return {
-        "records": {cell: runs[-1] for cell, runs in merged.items()},
-        "engagement": data.get("engagement", {}),
+        "records": {cell: runs[-1] for cell, runs in data["records"].items()},
+        "engagement": data["engagement"],
     }
 
 
@@ -265,8 +262,8 @@ def test_engagement_line(identity, runner: Runner) -> None:
     # prefetcher in behind the same line.
     reset = ("flashinfer SSU",)
     expected = {
-        "reset-kernel": reset,
-        "reset-kernel-single": reset,
+        "reset": reset,
+        "reset-single": reset,
         "reset-randint": reset,
         "forward-context": ("forward-context design", "flashinfer SSU"),
     }

@@ -19,7 +19,7 @@ from typing import Protocol
 
 import torch
 
-from .baseline.prefetcher import RandintDrawer
+from runner_hooks.baseline.prefetcher import RandintDrawer
 
 
 class SeedDrawer(Protocol):
@@ -41,7 +41,7 @@ def stock_seed(device: torch.device) -> torch.Tensor:
 
 
 def _kernel() -> SeedDrawer:
-    from .core.seed_kernel import KernelDrawer
+    from runner_hooks.core.seed_kernel import KernelDrawer
 
     return KernelDrawer()
 
@@ -49,7 +49,7 @@ def _kernel() -> SeedDrawer:
 @functools.cache
 def kernel_drawer() -> SeedDrawer | str:
     """The one-kernel drawer, built once per process; else why it cannot be."""
-    from .core.seed_kernel import SeedKernelUnavailable
+    from runner_hooks.core.seed_kernel import SeedKernelUnavailable
 
     try:
         return _kernel()

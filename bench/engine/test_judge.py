@@ -1,0 +1,243 @@
+"""tests/gpu/vllm/test_engine_identity.py, the identity judge, on records: the committed
+runs the READMEs quote, and made-up ones."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from . import arms, identity
+from .arms import IDENTITY_ARMS, GraphMode, Runner
+
+
+def judged(records: str | Path, *pytest_args: str) -> tuple[dict[str, str], str]:
+    """The identity test run on a records file (SR_ENGINE_RECORDS), with
+    `pytest_args` (a -k selection): each test id's verdict, and its output."""
+    done = subprocess.run(
+        [
+            *(sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider"),
+            *pytest_args,
+            "tests/gpu/vllm/test_engine_identity.py",
+        ],
+        cwd=Path(__file__).resolve().parents[2],
+        env={**os.environ, "SR_ENGINE_RECORDS": str(records)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    verdicts = {
+        line.split()[1].split("::")[1]: line.split()[0]
+        for line in done.stdout.splitlines()
+        if line.startswith(("PASSED ", "FAILED ", "ERROR "))
+    }
+    return verdicts, done.stdout
+
+
+FULL_IDENTITY_RUN = "bench/results/engine-nvidia-h200x2-20261130e"
+"""The identity run of every arm, runner and graph mode that the READMEs quote."""
+
+
+def test_the_full_identity_run_reads_as_the_readmes_say() -> None:
+    """The identity test itself, judging the committed records of FULL_IDENTITY_RUN
+    (SR_ENGINE_RECORDS): every arm identical to stock for both runners and all
+    three graph modes, stock in a second process too, both negative controls
+    caught, stock not degenerate, the engagement lines right."""
+    root = Path(__file__).resolve().parents[2]
+    for readme in ("README.md", "bench/README.md"):
+        assert f"{FULL_IDENTITY_RUN}.md" in (root / readme).read_text(), readme
+    verdicts, output = judged(f"{FULL_IDENTITY_RUN}.identity.json")
+    cells = [f"{runner}-{mode.value}" for runner in ("v1", "v2") for mode in arms.GraphMode]
+    expected = {
+        f"{test}[{cell}]"
+        for cell in cells
+        for test in ("test_stock_is_reproducible", "test_stock_is_not_degenerate")
+    }
+    expected |= {
+        f"test_identical_to_stock[{arm.name}-{cell}]"
+        for arm in arms.IDENTITY_ARMS
+        if not arm.control and arm.name not in ("stock", "stock-again")
+        for cell in cells
+    }
+    expected |= {
+        f"test_negative_control_differs[{arm.name}-{cell}]"
+        for arm in arms.IDENTITY_ARMS
+        if arm.control
+        for cell in cells
+    }
+    expected |= {"test_engagement_line[v1]", "test_engagement_line[v2]"}
+    assert verdicts == dict.fromkeys(expected, "PASSED"), output[-3000:]
+
+
+# Runs of the landing, the README quoting each: the records, the runners, and per
+# group of cells judged (mode[-serving]) the patched arms run in them; the one-seed
+# control runs in every cell.  The landing as it is now (d, vllm020), and its earlier
+# cuts whose verdicts the README quotes too (2026-12-01 and b; the first of them
+# before the serving configurations, so without their evidence).
+BOTH = ("v1", "v2")
+LANDING_RUNS = {
+    "bench/results/engine-nvidia-h200-20261201d-plain": (
+        BOTH,
+        [(["eager", "FULL_AND_PIECEWISE"], ["reset", "forward-context"])],
+    ),
+    "bench/results/engine-nvidia-h200-20261201d-serving": (
+        BOTH,
+        [
+            (
+                [f"FULL_AND_PIECEWISE-{s}" for s in ("mtp3", "mtp7", "prefix", "seed-serving")],
+                ["reset"],
+            )
+        ],
+    ),
+    # vLLM 0.20.0, whose V2 runner refuses hybrid models.
+    "bench/results/engine-nvidia-h200-20261202-vllm020": (
+        ("v1",),
+        [
+            (["eager", "FULL_AND_PIECEWISE"], ["reset", "forward-context"]),
+            (["FULL_AND_PIECEWISE-seed-serving"], ["reset"]),
+        ],
+    ),
+    "bench/results/engine-nvidia-h200-20261201b": (
+        BOTH,
+        [(["eager", "FULL_AND_PIECEWISE", "FULL_AND_PIECEWISE-seed-serving"], ["reset"])],
+    ),
+    "bench/results/engine-nvidia-h200-20261201": (
+        BOTH,
+        [(["eager", "FULL_AND_PIECEWISE"], ["reset"])],
+    ),
+}
+BEFORE_SERVINGS = {"bench/results/engine-nvidia-h200-20261201"}
+"""Runs whose records hold no serving evidence (test_serving_options_took_effect skips)."""
+
+
+@pytest.mark.parametrize("run", sorted(LANDING_RUNS))
+def test_the_landing_runs_read_as_the_readme_says(run: str) -> None:
+    """A run's records judged again: its patched arms identical to stock, stock
+    reproducible and not degenerate, the one-seed control caught and the serving
+    options in effect (and off where the cell has none), for each of its runners,
+    in each of its cells."""
+    root = Path(__file__).resolve().parents[2]
+    assert f"{run}.md" in (root / "README.md").read_text()
+    verdicts, output = judged(f"{run}.identity.json")
+    runners, groups = LANDING_RUNS[run]
+    expected = set()
+    for modes, patched in groups:
+        tests = [
+            "test_stock_is_reproducible",
+            "test_stock_is_not_degenerate",
+            *([] if run in BEFORE_SERVINGS else ["test_serving_options_took_effect"]),
+            "test_negative_control_differs[control-one-seed",
+            *(f"test_identical_to_stock[{arm}" for arm in patched),
+        ]
+        expected |= {
+            f"{test}-{runner}-{mode}]" if "[" in test else f"{test}[{runner}-{mode}]"
+            for test in tests
+            for runner in runners
+            for mode in modes
+        }
+    expected |= {f"test_engagement_line[{runner}]" for runner in runners}
+    assert verdicts == dict.fromkeys(expected, "PASSED"), output[-3000:]
+
+
+def _tp2_records(differ: dict[str, dict[int, int]]) -> dict:
+    """Records of every identity cell over 2 ranks: arm -> {rank: first step
+    that differs from stock} (generator-seed's tokens differ too)."""
+    from .identity import MODES, key
+
+    steps = 70
+    records = {}
+    for arm in IDENTITY_ARMS:
+        for runner in Runner:
+            for mode in MODES:
+                ranks = []
+                for rank in range(2):
+                    part = differ.get(arm.name, {}).get(rank, steps)
+                    prints = [
+                        (f"{rank}{i}" if i < part else f"{arm.name}{rank}{i}").ljust(64, "0")
+                        for i in range(steps)
+                    ]
+                    ranks.append({"rank": rank, "fingerprints": prints, "state_sha256": prints[-1]})
+                tokens = [2, 3] if arm.name == "control-generator-seed" else [1, 2]
+                records[key(arm.name, runner, mode)] = {
+                    "steps": steps,
+                    "decode_steps": steps - 2,
+                    "decoded": [False, False] + [True] * (steps - 2),
+                    "tp": 2,
+                    "ranks": ranks,
+                    "sanity": {"finite_logprobs": True, "fewest_distinct_tokens": 2},
+                    "tokens": {"r0": tokens},
+                    "logprobs": {"r0": [[t, "-0x1p+0"] for t in tokens]},
+                }
+    return {"records": records, "engagement": {}}
+
+
+def test_identity_is_judged_on_every_rank(tmp_path: Path) -> None:
+    """tests/gpu/vllm/test_engine_identity.py on records of two ranks: an arm
+    that differs from stock on rank 1 alone fails, and so does a control that
+    differs on rank 0 alone; a control that differs on both passes."""
+    path = tmp_path / "identity.json"
+    differ = {
+        "reset-randint": {1: 30},
+        "control-one-seed": {0: 2},
+        "control-generator-seed": {0: 0, 1: 0},
+    }
+    path.write_text(json.dumps(_tp2_records(differ)))
+    verdicts, output = judged(
+        path, "-k", "v1-eager and (identical_to_stock or negative_control or reproducible)"
+    )
+    failed = {name for name, verdict in verdicts.items() if verdict == "FAILED"}
+    assert failed == {
+        "test_identical_to_stock[reset-randint-v1-eager]",
+        "test_negative_control_differs[control-one-seed-v1-eager]",
+    }, output[-3000:]
+    assert verdicts["test_identical_to_stock[reset-v1-eager]"] == "PASSED"
+    assert verdicts["test_negative_control_differs[control-generator-seed-v1-eager]"] == "PASSED"
+    assert verdicts["test_stock_is_reproducible[v1-eager]"] == "PASSED"
+    assert "rank 0: the state does not differ" not in output  # rank 1's is the one
+    assert "rank 1: the state does not differ" in output
+    assert "{1: 30}" in output
+
+
+def _serving_records(cached: dict[str, int], counters: dict[str, float]) -> dict:
+    """_tp2_records' V1 FULL_AND_PIECEWISE cells of stock and stock-again under
+    the prefix serving, each with these prefix-cache figures."""
+    records = _tp2_records({})["records"]
+    full = GraphMode.FULL_AND_PIECEWISE
+    out = {}
+    for arm in ("stock", "stock-again"):
+        for serving in (arms.PLAIN, arms.SERVING_BY_NAME["prefix"]):
+            cell = identity.key(arm, Runner.V1, full, serving)
+            evidence = {"cached_tokens": cached, "block_size": 64, "counters": counters}
+            if serving == arms.PLAIN:
+                evidence = {"cached_tokens": dict.fromkeys(cached, 0), "block_size": 64}
+            out[cell] = {**records[identity.key(arm, Runner.V1, full)], **evidence}
+    return {"records": out, "engagement": {}}
+
+
+@pytest.mark.parametrize(
+    ("cached", "hits", "fails"),
+    [
+        ({"r0": 0, "r5": 64, "r8": 64, "r10": 64}, 192, False),
+        ({"r0": 0, "r5": 64, "r8": 0, "r10": 64}, 128, True),  # one later request missed
+        ({"r0": 0, "r5": 64, "r8": 64, "r10": 64}, 0, True),  # vLLM counted no hit
+    ],
+)
+def test_the_judge_needs_prefix_cache_hits(
+    tmp_path: Path, cached: dict[str, int], hits: int, fails: bool
+) -> None:
+    """test_serving_options_took_effect on records of the prefix serving: it
+    fails where a request that shares the prefix found no block in the cache,
+    or vLLM counted no hit; the plain cell (no hits) passes."""
+    path = tmp_path / "identity.json"
+    path.write_text(json.dumps(_serving_records(cached, {"vllm:prefix_cache_hits": hits})))
+    verdicts, output = judged(path, "-k", "serving_options and v1-FULL_AND_PIECEWISE")
+    assert verdicts == {
+        "test_serving_options_took_effect[v1-FULL_AND_PIECEWISE]": "PASSED",
+        "test_serving_options_took_effect[v1-FULL_AND_PIECEWISE-prefix]": (
+            "FAILED" if fails else "PASSED"
+        ),
+    }, output[-3000:]
