@@ -93,7 +93,7 @@ ARMS: tuple[Arm, ...] = (
         "reset",
         Copy.RESET,
         dict(ON),
-        what="reset design, one-kernel drawer on the forward's stream (vendored)",
+        what="reset design as it lands: one-kernel drawer on the forward's stream",
         microbench="reset-current_stream-kernel",
     ),
     Arm(
