@@ -17,6 +17,11 @@
 #             prefill/decode steps (SR_ENGINE_WORKLOAD=mixed)
 #   reproduce bench/engine/reproduce.py: does stock compute the same bits in two
 #             processes, per setting (a diagnostic of the compiled modes)
+#   serve     bench/serve/run.py: per runner, round and arm a fresh `vllm serve` (the seed
+#             document's flags), the identity requests over HTTP, vLLM's own `vllm bench
+#             serve` per shape, the engagement lines (SR_SERVE_*: python -m bench.serve.envs;
+#             the serve deps staged by tests/gpu/vllm/stage-serve.sh); resumes after a cut
+#             from /tmp/sr-engine/serve-<stamp>.json; SR_SERVE_TIMEOUT (s) bounds the step
 #   pack      everything but the result JSONs into $OUT/engine-run.tar.xz (a device
 #             call brings back only a few files, none deep); run it last, also after a
 #             step cut off by `timeout`
@@ -82,9 +87,18 @@ for step in "$@"; do
     pack)
       (cd "$out" && find . -type f ! -name engine-run.tar.xz ! -path ./engine/identity.json \
          ! -path './engine/timing*.json' ! -path './engine/benchmark*.json' \
-         ! -path ./engine/reproduce.json ! -path ./engine/reproduce-code.tar.xz -print0 \
+         ! -path ./engine/reproduce.json ! -path ./engine/reproduce-code.tar.xz \
+         ! -path ./engine/serve.json -print0 \
          | tar --null -T - -cJf engine-run.tar.xz --remove-files) || status=1 ;;
-    *) echo "unknown step $step (fork, identity, timing, reproduce, pack)"; exit 2 ;;
+    serve)
+      serve_stamp=$( (echo "$stamp"; find bench/serve -type f -name '*.py' ! -name 'test_*' | sort | xargs cat) \
+        | sha256sum | cut -c1-12)
+      export SR_SERVE_RESUME=${SR_SERVE_RESUME:-/tmp/sr-engine/serve-$serve_stamp.json}
+      mkdir -p "$(dirname "$SR_SERVE_RESUME")"
+      PYTHONPATH=$PWD:$site:${SR_SERVE_DEPS:-/tmp/serve-site}${PYTHONPATH:+:$PYTHONPATH} \
+        timeout -k 30 "${SR_SERVE_TIMEOUT:-86400}" python3 -m bench.serve.run 2>&1 | tee -a "$out/engine/serve.log"
+      [ "${PIPESTATUS[0]}" = 0 ] || status=1 ;;
+    *) echo "unknown step $step (fork, identity, timing, reproduce, serve, pack)"; exit 2 ;;
   esac
 done
 echo "=== done $(date -u +%T), exit status $status"
