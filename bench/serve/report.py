@@ -2,10 +2,11 @@
 verdicts (judge.py), and per runner and shape each arm's figures from `vllm bench
 serve`, pooled over rounds, with each round's change against stock (the spread).
 
-    python -m bench.serve.report RECORDS.json --prefix bench/results/serve-nvidia-h200-YYYYMMDD
+    python -m bench.serve.report RECORDS.json --prefix PREFIX
 
 writes PREFIX.md and PREFIX.serve.json (the records, the judged form) and prints the
-markdown.
+markdown; PREFIX names the run in the results folder of bench, as its engine runs do
+(serve-<GPU>-<date>).
 """
 
 from __future__ import annotations
