@@ -83,13 +83,6 @@ def _seed_prefetch(
     return SideStreamSeedPrefetch(name, num_ssu_calls, device, drawer.draw, plan)
 
 
-def plan_of(prefetch: SeedPrefetch) -> SyncPlan:
-    """The sync plan a prefetch publishes its seeds by."""
-    if isinstance(prefetch, SideStreamSeedPrefetch):
-        return prefetch.plan
-    return resolve_sync_plan("current_stream")
-
-
 class _ByName:
     """Builds the machinery from the drawer and plan a variant was given."""
 
