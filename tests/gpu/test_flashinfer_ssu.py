@@ -160,7 +160,9 @@ def layers(request: pytest.FixtureRequest) -> MambaLayers:
     return model
 
 
-@pytest.fixture(params=[("reset", plan) for plan in sorted(SYNC_PLANS)] + [("baseline", None)])
+@pytest.fixture(
+    params=[("reset", plan) for plan in sorted(SYNC_PLANS)] + [("forward-context", None)]
+)
 def design(request: pytest.FixtureRequest) -> tuple[str, str | None]:
     return request.param
 
