@@ -7,7 +7,7 @@ raw bits.  Two kernels: `selective_state_update`, and ReplaySSM's
 `checkpointing_ssu` (vLLM 0.30+'s `selective_state_update_replayssm_flashinfer`),
 in the FlashInfer releases that have it (0.7.2 does; it builds for sm_80 on,
 rounding in software below Blackwell).  ReplaySSM's first JIT build takes
-minutes (tests/gpu/results/runs.md).
+minutes (tests/gpu/results/README.md).
 """
 
 from __future__ import annotations
