@@ -19,7 +19,7 @@ from typing import Protocol
 
 import torch
 
-from runner_hooks.baseline.prefetcher import RandintDrawer
+from runner_hooks.forward_context.prefetcher import RandintDrawer
 
 
 class SeedDrawer(Protocol):

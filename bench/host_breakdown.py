@@ -31,9 +31,9 @@ from pathlib import Path
 
 import torch
 
-from runner_hooks.baseline.side_stream import SideStreamSeedBatch, SideStreamSeedPrefetch
 from runner_hooks.core import prefetch as prefetch_module
 from runner_hooks.core.prefetch import SeedBatch
+from runner_hooks.forward_context.side_stream import SideStreamSeedBatch, SideStreamSeedPrefetch
 from runner_hooks.hooks import ForwardInfo
 
 from .drawers import stock_seed
@@ -53,8 +53,8 @@ RUNNER_HOOKS_NAMES = (
     "runner_hooks.core.prefetch.SeedPrefetch.schedule",
     "runner_hooks.core.prefetch._is_capturing",
     "runner_hooks.core.prefetch._current_stream_handle",
-    "runner_hooks.baseline.side_stream.SideStreamSeedBatch",
-    "runner_hooks.baseline.side_stream.SideStreamSeedPrefetch",
+    "runner_hooks.forward_context.side_stream.SideStreamSeedBatch",
+    "runner_hooks.forward_context.side_stream.SideStreamSeedPrefetch",
 )
 """The runner_hooks and bench.variants names this script uses, checked by the CPU test; the
 instance attributes it reads (ResetPrefetcherByName.prefetch and ._batch, SeedPrefetch.draw,

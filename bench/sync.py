@@ -10,7 +10,7 @@ each event is waited on once, by the first consumer it covers.
 
 from __future__ import annotations
 
-from runner_hooks.baseline.side_stream import PER_SEED, SyncPlan
+from runner_hooks.forward_context.side_stream import PER_SEED, SyncPlan
 
 
 def _geometric(num_seeds: int) -> tuple[int, ...]:

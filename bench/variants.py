@@ -1,7 +1,7 @@
 """The bench's variants: each design with every drawer and sync plan by name, and where
 each layer's rand_seed comes from in the microbenchmark.
 
-`runner_hooks.core` (the reset design) and `runner_hooks.baseline` (the forward-context
+`runner_hooks.core` (the reset design) and `runner_hooks.forward_context` (the forward-context
 design) are what lands in vLLM, with one drawer and plan each; the classes here extend
 them with choices by name, which vLLM's copies do not carry: ResetPrefetcherByName,
 ForwardContextPrefetcherByName, and BodyFirstForwardHooks (the runner hooks, where a
@@ -37,11 +37,15 @@ from typing import Protocol
 import torch
 
 from runner_hooks import hooks
-from runner_hooks.baseline import prefetcher as baseline
-from runner_hooks.baseline.prefetcher import NO_CUDA, cuda_device
-from runner_hooks.baseline.side_stream import SideStreamSeedPrefetch, SyncPlan, UnjoinedCaptureError
 from runner_hooks.core import reset
 from runner_hooks.core.prefetch import SeedPrefetch
+from runner_hooks.forward_context import prefetcher as forward_context
+from runner_hooks.forward_context.prefetcher import NO_CUDA, cuda_device
+from runner_hooks.forward_context.side_stream import (
+    SideStreamSeedPrefetch,
+    SyncPlan,
+    UnjoinedCaptureError,
+)
 from runner_hooks.hooks import ForwardInfo
 
 from .drawers import DRAWERS, SEED_HIGH, SeedDrawer, drawer_factory
@@ -81,13 +85,6 @@ def _seed_prefetch(
     if not plan.side_stream:
         return SeedPrefetch(name, num_ssu_calls, device, drawer.draw)
     return SideStreamSeedPrefetch(name, num_ssu_calls, device, drawer.draw, plan)
-
-
-def plan_of(prefetch: SeedPrefetch) -> SyncPlan:
-    """The sync plan a prefetch publishes its seeds by."""
-    if isinstance(prefetch, SideStreamSeedPrefetch):
-        return prefetch.plan
-    return resolve_sync_plan("current_stream")
 
 
 class _ByName:
@@ -150,7 +147,7 @@ class ResetPrefetcherByName(reset.SRSeedPrefetcher):
         self._end()
 
 
-class ForwardContextPrefetcherByName(_ByName, baseline.ForwardContextSeedPrefetcher):
+class ForwardContextPrefetcherByName(_ByName, forward_context.ForwardContextSeedPrefetcher):
     """The forward-context design's prefetcher with a drawer and a plan by name."""
 
     def __init__(
@@ -276,7 +273,7 @@ class _Forward:
 
 
 class ContextIdentitySource:
-    """The seed document's design: forwards told apart by the current forward object's identity."""
+    """The forward-context design: forwards told apart by the current forward object's identity."""
 
     def __init__(self, num_layers: int, device: torch.device) -> None:
         self._device = device
@@ -302,7 +299,8 @@ class ContextIdentitySource:
 
 
 class ResetSource:
-    """Ours: the runner's ForwardHooks tell the prefetcher where each forward begins and ends."""
+    """The reset design: the runner's ForwardHooks tell the prefetcher where each forward
+    begins and ends."""
 
     def __init__(self, num_layers: int, device: torch.device, sync_plan: str, drawer: str) -> None:
         self._device = device

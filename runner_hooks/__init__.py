@@ -1,7 +1,7 @@
 """Mamba stochastic-rounding seed prefetchers: what lands in vLLM.
 
-`core` is the reset design's unit and `baseline` the forward-context design's: each is
-what its vLLM patch vendors.  `hooks` holds the per-forward hooks the model runners
+`core` is the reset design's unit and `forward_context` the forward-context design's:
+each is what its vLLM patch vendors.  `hooks` holds the per-forward hooks the model runners
 call.  The bench's choices (drawers by name, sync plans, the variants built from them)
 are bench's: bench/drawers.py, bench/sync.py, bench/variants.py.
 """
@@ -16,10 +16,10 @@ except ModuleNotFoundError as error:
         "(or install sr-seed-prefetch with its hooks extra: pip install -e '.[hooks]')"
     ) from None
 
-from .baseline import ForwardContextSeedPrefetcher
-from .baseline.side_stream import SyncPlan, UnjoinedCaptureError
 from .core import SeedPrefetch, SRSeedPrefetcher
 from .core.prefetch import WrongStreamError
+from .forward_context import ForwardContextSeedPrefetcher
+from .forward_context.side_stream import SyncPlan, UnjoinedCaptureError
 
 __all__ = [
     "ForwardContextSeedPrefetcher",

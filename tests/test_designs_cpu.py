@@ -21,7 +21,7 @@ from bench.variants import (
     ForwardContextPrefetcherByName,
     ResetPrefetcherByName,
 )
-from runner_hooks.baseline import prefetcher as prefetch_module
+from runner_hooks.forward_context import prefetcher as prefetch_module
 from runner_hooks.hooks import ForwardInfo
 
 N = 4
@@ -172,7 +172,9 @@ class Forward:
         self.micro_batched = micro_batched
 
 
-def baseline(fake: FakePrefetch) -> tuple[list[Forward | None], ForwardContextPrefetcherByName]:
+def forward_context(
+    fake: FakePrefetch,
+) -> tuple[list[Forward | None], ForwardContextPrefetcherByName]:
     current: list[Forward | None] = [None]
     prefetcher = ForwardContextPrefetcherByName(
         N,
@@ -183,8 +185,8 @@ def baseline(fake: FakePrefetch) -> tuple[list[Forward | None], ForwardContextPr
     return current, prefetcher
 
 
-def test_baseline_draws_at_the_first_seed_of_a_new_forward(fake: FakePrefetch) -> None:
-    current, prefetcher = baseline(fake)
+def test_forward_context_draws_at_the_first_seed_of_a_new_forward(fake: FakePrefetch) -> None:
+    current, prefetcher = forward_context(fake)
     current[0] = Forward()
     assert fake.scheduled == []
     assert [prefetcher.next_seed() for _ in range(N + 1)] == [(0, k) for k in range(N)] + [None]
@@ -193,8 +195,10 @@ def test_baseline_draws_at_the_first_seed_of_a_new_forward(fake: FakePrefetch) -
     assert fake.finished == [(0, N)]
 
 
-def test_baseline_falls_back_outside_a_forward_and_for_micro_batches(fake: FakePrefetch) -> None:
-    current, prefetcher = baseline(fake)
+def test_forward_context_falls_back_outside_a_forward_and_for_micro_batches(
+    fake: FakePrefetch,
+) -> None:
+    current, prefetcher = forward_context(fake)
     assert prefetcher.next_seed() is None
     current[0] = Forward(micro_batched=True)
     assert prefetcher.next_seed() is None
@@ -203,10 +207,10 @@ def test_baseline_falls_back_outside_a_forward_and_for_micro_batches(fake: FakeP
     assert prefetcher.next_seed() is None
 
 
-def test_baseline_tells_a_new_forward_from_a_dead_one_at_the_same_address(
+def test_forward_context_tells_a_new_forward_from_a_dead_one_at_the_same_address(
     fake: FakePrefetch,
 ) -> None:
-    current, prefetcher = baseline(fake)
+    current, prefetcher = forward_context(fake)
     for _ in range(5):
         current[0] = Forward()
         prefetcher.next_seed()

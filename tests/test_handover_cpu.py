@@ -12,8 +12,8 @@ from dataclasses import dataclass
 import pytest
 import torch
 
-from runner_hooks.baseline.prefetcher import RandintDrawer
 from runner_hooks.core import prefetch as prefetch_module
+from runner_hooks.forward_context.prefetcher import RandintDrawer
 
 DEFAULT = 0
 """cudaStreamLegacy, the legacy default stream's handle."""

@@ -167,3 +167,20 @@ def test_forwards_without_hooks_run() -> None:
     hooks = ForwardHooks()
     with hooks.forward(ForwardInfo(runs_ssu=True)):
         assert hooks.current == ForwardInfo(runs_ssu=True)
+
+
+def test_the_readme_example_names_what_exists() -> None:
+    """runner_hooks/README.md's example (run on a GPU by tests/gpu/test_readme_snippet.py):
+    its imports resolve and its calls bind, without CUDA."""
+    import inspect
+
+    from runner_hooks import SeedPrefetch, SRSeedPrefetcher
+
+    from .gpu.test_readme_snippet import snippet
+
+    text = snippet()
+    imports = "\n".join(line for line in text.splitlines() if line.startswith(("import", "from")))
+    exec(imports, {})
+    inspect.signature(SeedPrefetch).bind("my runner", 40, "device", "draw")
+    inspect.signature(SRSeedPrefetcher.forward).bind("self", full_cudagraph=False)
+    assert "prefetcher.next_seed()" in text and "SeedPrefetch(" in text

@@ -149,9 +149,8 @@ def _parser() -> argparse.ArgumentParser:
             type=Design,
             choices=list(Design),
             default=Design.RESET,
-            help="reset (ours: the model runners delimit forwards; default) or "
-            "forward-context (the baseline: forwards told apart by vLLM's ForwardContext, "
-            "no runner edits)",
+            help="reset (the model runners delimit forwards; default) or "
+            "forward-context (forwards told apart by vLLM's ForwardContext, no runner edits)",
         )
 
     def base_option(command: argparse.ArgumentParser, without_path: str = "") -> None:

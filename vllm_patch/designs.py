@@ -41,12 +41,11 @@ class DesignSpec:
 DESIGNS: dict[Design, DesignSpec] = {
     Design.RESET: DesignSpec(
         Design.RESET,
-        "explicit reset: the model runners tell the seed prefetcher where each forward "
-        "begins and ends, around each forward",
+        "the model runners tell the seed prefetcher where each forward begins and ends",
     ),
     Design.FORWARD_CONTEXT: DesignSpec(
         Design.FORWARD_CONTEXT,
-        "forward-context identity (the baseline): no runner edits",
+        "a forward is told apart by the identity of vLLM's ForwardContext: no runner edits",
     ),
 }
 

@@ -51,8 +51,8 @@ FORK_TEST_026_LOG = "tests/gpu/results/patched-vllm-0.26.0-nvidia-h200.log"
 SEED_KERNEL_LOG = "tests/gpu/results/nvidia-h200-20261202-seed-kernel.log"
 
 DEFAULT_ARM = "reset-kernel"
-"""The timing harness's name for the reset design as it lands (the seed kernel on the
-forward's stream)."""
+"""The reset design's arm as it lands (the seed kernel on the forward's stream), as the
+committed reports' tables name it: today's `reset` (bench/results/README.md)."""
 FORWARD_CONTEXT_ARM = "forward-context"
 SINGLE_DRAW_ARM = "floor-rng"
 """No per-layer draws, one one-element draw per forward: the least a stock-identical

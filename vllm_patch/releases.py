@@ -21,8 +21,8 @@ from pathlib import Path
 
 
 class Design(str, enum.Enum):
-    """How forwards are delimited: by the model runners (ours), or by the identity of
-    vLLM's ForwardContext (the seed document's baseline, no runner edits)."""
+    """How forwards are delimited: by the model runners (reset), or by the identity of
+    vLLM's ForwardContext (forward-context, no runner edits)."""
 
     RESET = "reset"
     FORWARD_CONTEXT = "forward-context"

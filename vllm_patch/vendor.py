@@ -22,7 +22,7 @@ SOURCE_PACKAGE = "runner_hooks"
 VENDORED_PACKAGE = "vllm/model_executor/layers/mamba/ops/sr_seed_prefetch"
 """Where the copy lives in a vLLM tree, relative to the tree's root."""
 
-UNITS: dict[Design, str] = {Design.RESET: "core", Design.FORWARD_CONTEXT: "baseline"}
+UNITS: dict[Design, str] = {Design.RESET: "core", Design.FORWARD_CONTEXT: "forward_context"}
 """Each design's unit: the subpackage of runner_hooks whose closure it vendors."""
 
 SPDX_HEADER = (

@@ -13,15 +13,13 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
+from vllm_patch.releases import Design
+
 from .envs import TORCH_DETERMINISTIC_ENV
 
-
-class Copy(str, enum.Enum):
-    """Which vLLM tree an arm imports: a key of SR_ENGINE_SITES (client.SITES_ENV)."""
-
-    STOCK = "stock"
-    RESET = "reset"
-    FORWARD_CONTEXT = "forward-context"
+STOCK_SITE = "stock"
+"""The SR_ENGINE_SITES key (client.SITES_ENV) of vLLM as released; a patched copy's key
+is its design's value."""
 
 
 class Runner(str, enum.Enum):
@@ -60,78 +58,90 @@ class Perturb(str, enum.Enum):
 @dataclass(frozen=True)
 class Arm:
     name: str
-    copy: Copy
+    copy: Design | None
+    """The design of the patched vLLM copy the arm imports; None: vLLM as released."""
     env: dict[str, str] = field(default_factory=dict)
     perturb: Perturb = Perturb.NONE
     control: bool = False
     what: str = ""
-    # The microbenchmark's variant with this arm's seed path (bench/variants.py).
-    microbench: str = "stock"
-    # A drawer or sync plan other than the vendored reset design's (the kernel
+    # A drawer and sync plan other than the reset design's as it lands (the kernel
     # on the forward's stream): the worker attaches bench.variants'
     # ResetPrefetcherByName with them in its place before the engine starts.
     drawer: str | None = None
     sync_plan: str | None = None
 
+    @property
+    def site(self) -> str:
+        """The arm's key of SR_ENGINE_SITES (client.SITES_ENV)."""
+        return STOCK_SITE if self.copy is None else self.copy.value
+
+    @property
+    def microbench(self) -> str:
+        """The microbenchmark's variant with this arm's seed path (bench/variants.py)."""
+        if self.perturb in (Perturb.NO_DRAW, Perturb.ONE_DRAW):
+            return self.name  # floor, floor-rng
+        if self.copy is None or self.env.get("VLLM_MAMBA_SR_SEED_PREFETCH") != "1":
+            return "stock"
+        if self.copy is Design.FORWARD_CONTEXT:
+            return "forward-context"
+        return f"reset-{self.sync_plan or 'current_stream'}-{self.drawer or 'kernel'}"
+
 
 ON = {"VLLM_MAMBA_SR_SEED_PREFETCH": "1"}
-STOCK = Arm("stock", Copy.STOCK, what="vLLM as released")
+STOCK = Arm("stock", None, what="vLLM as released")
 # Stock again, in a process of its own: for the identity check, the positive
 # control (two stock processes must agree, or no arm can be judged); for the
 # timing, an A/A pair that shows what noise alone "saves".
-STOCK_AGAIN = Arm("stock-again", Copy.STOCK, what="stock, another process")
+STOCK_AGAIN = Arm("stock-again", None, what="stock, another process")
 ARMS: tuple[Arm, ...] = (
     STOCK,
     STOCK_AGAIN,
     Arm(
         "flag-off",
-        Copy.RESET,
+        Design.RESET,
         {"VLLM_MAMBA_SR_SEED_PREFETCH": "0"},
         what="patched (reset design), VLLM_MAMBA_SR_SEED_PREFETCH=0",
     ),
     Arm(
         "reset",
-        Copy.RESET,
+        Design.RESET,
         dict(ON),
         what="reset design as it lands: one-kernel drawer on the forward's stream",
-        microbench="reset-current_stream-kernel",
     ),
     Arm(
         "reset-single",
-        Copy.RESET,
+        Design.RESET,
         dict(ON),
         what="reset design, one-kernel drawer on a side stream (single sync plan)",
         drawer="kernel",
-        microbench="reset-single-kernel",
         sync_plan="single",
     ),
     Arm(
         "reset-randint",
-        Copy.RESET,
+        Design.RESET,
         dict(ON),
         what="reset design, randint drawer",
         drawer="randint",
-        microbench="reset-geometric-randint",
+        sync_plan="geometric",
     ),
     Arm(
         "forward-context",
-        Copy.FORWARD_CONTEXT,
+        Design.FORWARD_CONTEXT,
         dict(ON),
-        what="the seed document's ForwardContext-identity design",
-        microbench="forward-context",
+        what="forward-context design: forwards told apart by the ForwardContext's identity",
     ),
 )
 CONTROLS: tuple[Arm, ...] = (
     Arm(
         "control-one-seed",
-        Copy.STOCK,
+        None,
         perturb=Perturb.ONE_SEED,
         control=True,
         what="stock, one SR seed in every 40 XOR 1",
     ),
     Arm(
         "control-generator-seed",
-        Copy.STOCK,
+        None,
         perturb=Perturb.GENERATOR_SEED,
         control=True,
         what="stock, LLM(seed=1) instead of 0",
@@ -142,10 +152,9 @@ CONTROLS: tuple[Arm, ...] = (
 # seeds are wrong, so the identity check does not run it.
 FLOOR = Arm(
     "floor",
-    Copy.STOCK,
+    None,
     perturb=Perturb.NO_DRAW,
     what="stock, every SR seed one constant tensor: no draws",
-    microbench="floor",
 )
 # The drawing floor: the floor plus one one-element draw per forward, at its
 # first SSU call (inside the graph where captured, so its replay also runs
@@ -153,10 +162,9 @@ FLOOR = Arm(
 # stock's seeds from the default generator can cost.
 FLOOR_RNG = Arm(
     "floor-rng",
-    Copy.STOCK,
+    None,
     perturb=Perturb.ONE_DRAW,
     what="the floor plus one one-element draw per forward",
-    microbench="floor-rng",
 )
 TIMING_ARMS = (*ARMS, FLOOR, FLOOR_RNG)
 # Every arm the identity check runs, in its table's order.

@@ -16,7 +16,7 @@ from .arms import MULTICAST_OFF_ENV, Arm, Runner
 from .envs import SITES_ENV
 
 REPO = Path(__file__).resolve().parents[2]
-# Where each Copy's vLLM lives: "stock=/tmp/site,reset=...,forward-context=...".
+# Where each arm's vLLM copy lives (Arm.site): "stock=/tmp/site,reset=...,forward-context=...".
 
 
 class WorkerError(RuntimeError):
@@ -46,15 +46,15 @@ def environment(
     this one's, then extra_env (settings every arm shares), the runner's, the
     arm's own (which wins), and what the worker must have: its GPUs (`gpu`,
     one per rank, e.g. "0,1"), NVLink multicast off, an in-process engine core."""
-    if arm.copy.value not in sites:
-        raise ValueError(f"{SITES_ENV} names no vLLM for the {arm.copy.value!r} copy")
+    if arm.site not in sites:
+        raise ValueError(f"{SITES_ENV} names no vLLM for the {arm.site!r} copy")
     env = dict(os.environ)
     env.update(extra_env or {})
     env.update(runner.env)
     env.update(arm.env)
     env.update(MULTICAST_OFF_ENV)
     env.update(
-        PYTHONPATH=os.pathsep.join([str(REPO), sites[arm.copy.value]]),
+        PYTHONPATH=os.pathsep.join([str(REPO), sites[arm.site]]),
         CUDA_VISIBLE_DEVICES=gpu,
         VLLM_ENABLE_V1_MULTIPROCESSING="0",
         # One compile cache per engine: engines that start side by side

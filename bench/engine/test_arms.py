@@ -13,7 +13,7 @@ from .arms import ARMS, BY_NAME, CONTROLS, IDENTITY_ARMS, STOCK, TIMING_ARMS, Gr
 
 def test_arms() -> None:
     assert ARMS[0] is STOCK and len(BY_NAME) == len(IDENTITY_ARMS) + 2  # + the two floors
-    assert all(control.control and control.copy is arms.Copy.STOCK for control in CONTROLS)
+    assert all(control.control and control.copy is None for control in CONTROLS)
     eager = arms.engine_kwargs("/m", GraphMode.EAGER)
     graphs = arms.engine_kwargs("/m", GraphMode.PIECEWISE, seed=3)
     assert eager["enforce_eager"] and "cudagraph_capture_sizes" not in eager
@@ -34,7 +34,7 @@ def test_worker_environment_lets_the_arm_win() -> None:
     common = dict(sites={"stock": "/s"}, gpu="1", cache_root=Path("/c"))
     shared = arms.DETERMINISTIC_ENV
     stock = client.environment(STOCK, Runner.V2, extra_env=shared, **common)
-    own = arms.Arm("own", arms.Copy.STOCK, {"PYTHONHASHSEED": "1"})
+    own = arms.Arm("own", None, {"PYTHONHASHSEED": "1"})
     hashed = client.environment(own, Runner.V1, extra_env=shared, **common)
     assert stock["PYTHONHASHSEED"] == "0" and hashed["PYTHONHASHSEED"] == "1"
     assert stock["VLLM_USE_V2_MODEL_RUNNER"] == "1" and stock["CUDA_VISIBLE_DEVICES"] == "1"
@@ -48,12 +48,21 @@ def test_every_arms_variant_exists() -> None:
     from bench.sync import resolve_sync_plan
 
     variants = [(a.drawer, a.sync_plan) for a in BY_NAME.values() if a.drawer is not None]
-    assert variants == [("kernel", "single"), ("randint", None)]
+    assert variants == [("kernel", "single"), ("randint", "geometric")]
     for drawer, plan in variants:
         drawer_factory(drawer)
-        if plan is not None:
-            resolve_sync_plan(plan)
+        resolve_sync_plan(plan)
     assert all(a.sync_plan is None for a in BY_NAME.values() if a.drawer is None)
+    # Each timed arm's seed path is a variant of the microbenchmark (its predictions).
+    from bench.variants import variant_specs
+
+    names = {spec.name for spec in variant_specs()}
+    assert {arm.microbench for arm in TIMING_ARMS} <= names
+    assert [BY_NAME[a].microbench for a in ("reset", "reset-randint", "flag-off")] == [
+        "reset-current_stream-kernel",
+        "reset-geometric-randint",
+        "stock",
+    ]
     assert BY_NAME["floor"] in TIMING_ARMS and BY_NAME["floor"] not in IDENTITY_ARMS
 
 

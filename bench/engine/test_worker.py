@@ -223,7 +223,7 @@ def test_each_rank_process_gets_the_arms_environment(arm: str, tmp_path: Path) -
     spawned = Worker.spawn(
         chosen,
         Runner.V1,
-        sites={chosen.copy.value: str(site)},
+        sites={chosen.site: str(site)},
         model_dir=tmp_path / "m",
         gpu="0,1",
         log_dir=tmp_path / "logs",

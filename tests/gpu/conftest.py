@@ -32,7 +32,7 @@ def no_graph_freed_during_a_capture() -> Iterator[None]:
     gc.collect()
 
 
-@pytest.fixture(params=["reset", "baseline"])
+@pytest.fixture(params=["reset", "forward-context"])
 def design(request: pytest.FixtureRequest) -> str:
     return request.param
 

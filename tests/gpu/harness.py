@@ -63,7 +63,7 @@ class Runner:
                 drawer=drawer,
             )
             self.hooks.register(self.prefetcher)
-        elif design == "baseline":
+        elif design == "forward-context":
             self.prefetcher = ForwardContextPrefetcherByName(
                 num_layers,
                 self.device,
@@ -79,7 +79,8 @@ class Runner:
 
     @contextmanager
     def forward(self, info: ForwardInfo) -> Iterator[None]:
-        """One forward: the runner's hook for our design, a new context for the baseline."""
+        """One forward: the runner's hook for the reset design, a new context for the
+        forward-context design."""
         self.current = Forward(info)
         try:
             with self.hooks.forward(info):

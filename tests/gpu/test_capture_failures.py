@@ -45,7 +45,8 @@ SCRIPT = textwrap.dedent(
         else:
             with runner.forward(FULL_GRAPH), torch.cuda.graph(graph):
                 runner.layers(record, calls=1)
-        runner.decode()  # the baseline learns of a forward's end only from the next one
+        # the forward-context design learns of a forward's end only from the next one
+        runner.decode()
     except Exception as error:
         while error is not None:
             chain.append([type(error).__name__, str(error)])
@@ -75,8 +76,8 @@ def failure_chain(design: str, sync_plan: str, hook_inside: bool) -> list[list[s
 
 
 @pytest.mark.parametrize("sync_plan", sorted(SYNC_PLANS))
-def test_baseline_capture_that_leaves_seeds_warns_or_fails_in_cuda(sync_plan: str) -> None:
-    chain, stderr = run_script(SCRIPT, "baseline", sync_plan, "1")
+def test_forward_context_capture_that_leaves_seeds_warns_or_fails_in_cuda(sync_plan: str) -> None:
+    chain, stderr = run_script(SCRIPT, "forward-context", sync_plan, "1")
     if not SYNC_PLANS[sync_plan].side_stream:
         assert chain == [], chain
         assert "captured forward consumed 1 of the 12" in stderr, stderr

@@ -7,7 +7,7 @@ raw bits.  Two kernels: `selective_state_update`, and ReplaySSM's
 `checkpointing_ssu` (vLLM 0.30+'s `selective_state_update_replayssm_flashinfer`),
 in the FlashInfer releases that have it (0.7.2 does; it builds for sm_80 on,
 rounding in software below Blackwell).  ReplaySSM's first JIT build takes
-minutes (tests/gpu/results/runs.md).
+minutes (tests/gpu/results/README.md).
 """
 
 from __future__ import annotations
@@ -160,7 +160,9 @@ def layers(request: pytest.FixtureRequest) -> MambaLayers:
     return model
 
 
-@pytest.fixture(params=[("reset", plan) for plan in sorted(SYNC_PLANS)] + [("baseline", None)])
+@pytest.fixture(
+    params=[("reset", plan) for plan in sorted(SYNC_PLANS)] + [("forward-context", None)]
+)
 def design(request: pytest.FixtureRequest) -> tuple[str, str | None]:
     return request.param
 

@@ -60,7 +60,7 @@ def handle_zero_as_no_forward(self: prefetch_module.SeedPrefetch) -> torch.cuda.
     return None
 
 
-@pytest.mark.parametrize("design", ["reset", "baseline"])
+@pytest.mark.parametrize("design", ["reset", "forward-context"])
 def test_the_default_stream_test_fails_with_handle_zero_as_no_forward(
     design: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
