@@ -85,10 +85,6 @@ RELEASES: tuple[Release, ...] = (
 )
 """Oldest first; the newest is what `sr-prefetch apply` with no PATH patches."""
 
-SITES_SINCE: dict[Site, str] = {}
-"""Empty, and read only by targets/__init__.py (check_base's `_SITE_DETECTORS` loop),
-which goes with it: every supported release has every site."""
-
 FILES_SINCE: dict[str, str] = {
     # The Triton ReplaySSM kernel's wrapper arrived in 0.27.0.
     "vllm/model_executor/layers/mamba/ops/selective_state_update_replayssm_output_only.py": (

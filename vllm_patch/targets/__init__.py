@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from ..releases import FILES_SINCE, RELEASES, SITES_SINCE, Design, Release, Site, get
+from ..releases import FILES_SINCE, RELEASES, Design, Release, get
 from ..syntax import FileOperations, SiteError, Source
 from ..tree import TreeError
 from . import (
@@ -82,13 +82,9 @@ class BaseMismatch(TreeError):
     `--base`): the patch would leave it out, and the tree broken."""
 
 
-_SITE_DETECTORS: dict[Site, tuple[str, Callable[[Source], bool]]] = {}
-"""For each site of releases.SITES_SINCE: its file, and whether a file has the site."""
-
-
 def check_base(root: Path, release: Release) -> None:
     """Refuses (BaseMismatch) to patch the tree at `root` as `release` where the tree
-    has what `release` lacks: a file of FILES_SINCE, a site of SITES_SINCE, or the call
+    has what `release` lacks: a file of FILES_SINCE, or the call
     that the patch passes a `rand_seed` only the Triton ReplaySSM wrapper's edit adds."""
     layout = _layout(root)
     problems = [
@@ -124,13 +120,9 @@ def check_base(root: Path, release: Release) -> None:
 
 
 def _layout(root: Path) -> list[tuple[str, str, bool]]:
-    """Each row of the table (FILES_SINCE, SITES_SINCE) in words, the release that added
-    it, and whether the tree at `root` has it."""
-    rows = [(path, since, (root / path).is_file()) for path, since in FILES_SINCE.items()]
-    for site, since in SITES_SINCE.items():
-        path, has_site = _SITE_DETECTORS[site]
-        rows.append((f"{site} in {path}", since, _file_has(root, path, has_site)))
-    return rows
+    """Each file of FILES_SINCE, the release that added it, and whether the tree at
+    `root` has it."""
+    return [(path, since, (root / path).is_file()) for path, since in FILES_SINCE.items()]
 
 
 def _since(release: Release, version: str) -> bool:
