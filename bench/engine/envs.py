@@ -164,10 +164,10 @@ VARIABLES: tuple[Variable, ...] = (
 BY_NAME = {variable.name: variable for variable in VARIABLES}
 
 
-def table() -> str:
-    """The variables as a markdown table."""
+def table(variables: tuple[Variable, ...] = VARIABLES) -> str:
+    """The variables (the harness's by default) as a markdown table."""
     rows = ["| variable | default | meaning | read by |", "| --- | --- | --- | --- |"]
-    rows += [f"| `{v.name}` | {v.default} | {v.meaning} | {v.read_by} |" for v in VARIABLES]
+    rows += [f"| `{v.name}` | {v.default} | {v.meaning} | {v.read_by} |" for v in variables]
     return "\n".join(rows) + "\n"
 
 

@@ -8,6 +8,7 @@ SR_SERVE_RESUME; the others shrink or widen what a run covers.
 
 from __future__ import annotations
 
+from bench.engine import envs as engine_envs
 from bench.engine.envs import Variable
 
 RUNNERS_ENV = "SR_SERVE_RUNNERS"
@@ -173,9 +174,7 @@ BY_NAME = {variable.name: variable for variable in VARIABLES}
 
 def table() -> str:
     """The variables as a markdown table."""
-    rows = ["| variable | default | meaning | read by |", "| --- | --- | --- | --- |"]
-    rows += [f"| `{v.name}` | {v.default} | {v.meaning} | {v.read_by} |" for v in VARIABLES]
-    return "\n".join(rows) + "\n"
+    return engine_envs.table(VARIABLES)
 
 
 if __name__ == "__main__":
