@@ -130,6 +130,7 @@ def figures(design: Design) -> dict[str, evidence.Figure]:
         found |= {
             "identity_serving": e.count(e.IDENTITY_SERVING_LOG, "passed"),
             "identity_reshape": e.count(e.IDENTITY_RESHAPE_LOG, "passed"),
+            "identity_reshape_v2": e.count(e.IDENTITY_RESHAPE_V2_LOG, "passed"),
             "decode_saved": e.column_span(_DECODE, e.DEFAULT_ARM, _SAVED),
             "decode_vs_one_draw": e.column_span(_DECODE, e.DEFAULT_ARM, _VS_SINGLE),
             "mtp_saved": e.column_span(_MTP, e.DEFAULT_ARM, _SAVED),
@@ -362,9 +363,9 @@ def _validation(facts: _Facts) -> list[str]:
         + ": identical ({identity_020} passed)."
         + (
             "\n- This change as it is now (the rows above ran it before its last "
-            "reshape, with the same seed kernel and draw order): the V1 runner, eager "
-            "and FULL_AND_PIECEWISE, identical, the control different "
-            "({identity_reshape} passed); the V2 runner through the engine test below."
+            "reshape, with the same seed kernel and draw order): the V1 and V2 "
+            "runners, eager and FULL_AND_PIECEWISE, identical, the control different "
+            "({identity_reshape} passed on V1, {identity_reshape_v2} on V2)."
             if reset
             else ""
         ),

@@ -115,6 +115,11 @@ LANDING_RUNS["bench/results/engine-nvidia-h200-20261203-reset"] = (
     ("v1",),
     [(["eager", "FULL_AND_PIECEWISE"], ["reset"])],
 )
+LANDING_RUNS["bench/results/engine-nvidia-h200-20261203b-reset-v2"] = (
+    # The V2 cells of the run above.
+    ("v2",),
+    [(["eager", "FULL_AND_PIECEWISE"], ["reset"])],
+)
 STOCK_ONLY = {"bench/results/engine-nvidia-h200-20261203-reset": ("v2", "eager")}
 """Runs cut off after one more stock engine ran: its (runner, mode), judged on its own."""
 BEFORE_SERVINGS = {"bench/results/engine-nvidia-h200-20261201"}
