@@ -77,7 +77,7 @@ class Run:
             lambda arm, runner, port, kv: server.command(settings, folder, port, kv)
         )
         self.env_for = env_for or (
-            lambda arm, runner: server.environment(arm, runner, sites[arm.copy.value], settings)
+            lambda arm, runner: server.environment(arm, runner, sites[arm.site], settings)
         )
         self.slowest = 0.0
         self.began = time.monotonic()
@@ -242,15 +242,20 @@ def _stop(signum: int, frame: Any) -> None:
     raise Stopped(f"signal {signum}")
 
 
-def main() -> int:
-    settings = from_env()
-    sites = sites_from_env()
-    wanted = {arm.copy.value for arm in (*settings.arms, CONTROL)}
+def check_sites(settings: Settings, sites: dict[str, str] | None) -> dict[str, str]:
+    """The sites, once they name a vLLM for every arm's copy and the control's."""
+    wanted = {arm.site for arm in (*settings.arms, CONTROL)}
     if not sites or not wanted <= set(sites):
         raise SitesMissing(
             f"SR_ENGINE_SITES must name the {sorted(wanted)} copies: run "
             f"tests/gpu/vllm/engine.sh serve"
         )
+    return sites
+
+
+def main() -> int:
+    settings = from_env()
+    sites = check_sites(settings, sites_from_env())
     out = Path(os.environ.get("OUT", "/tmp/out")) / "engine"
     resume = Path(os.environ[RESUME_ENV]) if os.environ.get(RESUME_ENV) else None
     model_dir.write(MODEL_DIR, settings.spec_tokens)

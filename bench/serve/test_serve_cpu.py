@@ -294,3 +294,13 @@ def test_tokenizer_round_trips_ids(tmp_path: Path) -> None:
     ids = [4, 5, 1000, config["vocab_size"] - 1]
     assert loaded(loaded.decode(ids), add_special_tokens=False).input_ids == ids
     assert "tokens" in model_dir.check_tokenizer(folder)
+
+
+def test_the_sites_must_name_every_arms_copy() -> None:
+    """Stock's copy is the site vLLM was staged in; each design's is its patched copy."""
+    sites = {"stock": "/a", "reset": "/b", "forward-context": "/c"}
+    assert run.check_sites(_settings(), sites) is sites
+    with pytest.raises(run.SitesMissing, match="forward-context"):
+        run.check_sites(_settings(), {"stock": "/a", "reset": "/b"})
+    with pytest.raises(run.SitesMissing):
+        run.check_sites(_settings(), None)
