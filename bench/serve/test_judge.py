@@ -16,7 +16,7 @@ from .envs import RECORDS_ENV
 ROOT = Path(__file__).resolve().parents[2]
 # Committed serve runs (bench/results/<prefix>.serve.json, written by bench.serve.report
 # --prefix), each with the runners whose identity its write-up quotes.
-COMMITTED_RUNS: dict[str, tuple[str, ...]] = {}
+COMMITTED_RUNS: dict[str, tuple[str, ...]] = {"bench/results/serve-nvidia-h200-20261203": ("v1",)}
 
 
 def _runs() -> list[tuple[str, tuple[str, ...]]]:
