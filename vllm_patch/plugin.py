@@ -45,6 +45,11 @@ NAME = "sr_seed_prefetch"
 VALUE = "vllm_patch.plugin:register"
 VARIABLE = envs_target.VARIABLES[Design.RESET][0]
 EXTENSION = f"vllm.{cmake_lists.EXTENSION}"
+ENGAGED = (
+    "sr_seed_prefetch plugin: vLLM %s prefetches Mamba stochastic-rounding seeds (reset "
+    "design), its modules served from memory; no file changed."
+)
+"""What the plugin logs, once per process, where it engages (%s: the vLLM version)."""
 LOGGER = f"vllm.plugins.{NAME}"
 """The plugin's logger: under `vllm`, so that vLLM's logging configuration shows it."""
 
@@ -267,11 +272,7 @@ def register() -> None:
                 str(refusal),
             )
         return
-    logger.info_once(
-        "sr_seed_prefetch plugin: vLLM %s prefetches Mamba stochastic-rounding seeds "
-        "(reset design), its modules served from memory; no file changed.",
-        found.version,
-    )
+    logger.info_once(ENGAGED, found.version)
 
 
 def entry_point_installed() -> bool:

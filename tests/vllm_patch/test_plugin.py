@@ -20,8 +20,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.test_readme_commands import _blocks, _lines, sr_prefetch_commands
 from tests.vllm_patch.helpers import run, tree_files
-from vllm_patch import cache, plugin, releases, sources, targets, tree, vendor
+from vllm_patch import cache, cli, plugin, releases, sources, targets, tree, vendor
 from vllm_patch.plugin_attach import PluginFinder, Served, module_name
 from vllm_patch.releases import RELEASES, Design
 from vllm_patch.targets import envs as envs_target
@@ -371,3 +372,22 @@ def test_build_op_plugin_needs_no_target(capsys: pytest.CaptureFixture[str]) -> 
     assert status == 1 and "built without CUDA" in out and "torch==" in out, out
     path = plugin.op_path()
     assert path is not None and path.parent.parent == cache.cache_dir() / "plugin-op"
+
+
+def test_plugin_md_shows_what_runs() -> None:
+    """PLUGIN.md's sr-prefetch commands parse, its log lines are the plugin's and the
+    prefetcher's, and its `vllm serve` passes flags the installed vLLM has."""
+    text = (REPO / "vllm_patch" / "PLUGIN.md").read_text()
+    commands = sr_prefetch_commands(text)
+    assert ["build-op", "--plugin", "--arch", "9.0"] in commands
+    for words in commands:
+        cli._parser().parse_args(words)
+    assert plugin.ENGAGED % "0.26.0" in text
+    landing = (REPO / "vllm_patch" / "landing" / "ssu_reset.py").read_text()
+    assert "Prefetching Mamba stochastic-rounding seeds for 40 layers per forward" in text
+    assert "Prefetching Mamba stochastic-rounding seeds for %d layers per forward" in landing
+    (serve,) = [line for block in _blocks(text) for line in _lines(block) if "vllm serve" in line]
+    assert serve.startswith(f"{plugin.VARIABLE}=1 vllm serve")
+    arg_utils = (tree.installed_root() / "vllm" / "engine" / "arg_utils.py").read_text()
+    for flag in [word for word in serve.split() if word.startswith("--")]:
+        assert flag[2:].split(".")[0].replace("-", "_") in arg_utils, flag
