@@ -16,6 +16,7 @@ plugin finds it (cache.plugin_op_path: one per torch version).
 
 from __future__ import annotations
 
+import os
 import shlex
 from collections.abc import Sequence
 from pathlib import Path
@@ -85,11 +86,15 @@ def build_for_plugin(
     capabilities: Sequence[tuple[int, int]], seed_kernel: ModuleType, placed: Path
 ) -> Path:
     """Builds the library and places it at `placed` (plugin.op_path: the plugin serves
-    it as vllm._mamba_sr_C) in one journaled write; returns where it was built."""
+    it as vllm._mamba_sr_C), written beside it and renamed over it, so that an engine
+    finds the old library or the new one whole; returns where it was built."""
     library = _library(capabilities, seed_kernel)
     with cache.writing():
         placed.parent.mkdir(parents=True, exist_ok=True)
-        journal.replace_files(
-            placed.parent, {placed.name: library.read_bytes()}, what="placing of the seed op"
-        )
+        staged = placed.with_name(f"{placed.name}.part")
+        with staged.open("wb") as file:
+            file.write(library.read_bytes())
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(staged, placed)
     return library
