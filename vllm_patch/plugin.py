@@ -18,7 +18,7 @@ Where it cannot attach (a release outside the table, a call site that moved, a m
 to serve already imported, a value of the variable that is not an integer) it says so
 in one warning and vLLM runs as stock; without the seed op, or where the file patch is
 applied to the installed vLLM (its kept originals or its vendored package are there),
-in one info line.  A second call in a process does nothing.
+in one info line.  A later call in the same process changes nothing and logs nothing new.
 """
 
 from __future__ import annotations
@@ -285,12 +285,14 @@ def entry_point_installed() -> bool:
 def describe(root: Path) -> str:
     """`sr-prefetch status`'s word on the plugin for the vLLM this Python imports, at
     `root`: its entry point, whether it would engage, and its seed op."""
+    installed = entry_point_installed()
     parts = [
         f"entry point {NAME} "
-        + ("installed" if entry_point_installed() else "not installed (pip install this package)")
+        + ("installed" if installed else "not installed (pip install this package)")
     ]
     allowed = os.environ.get("VLLM_PLUGINS")
-    if allowed is not None and NAME not in allowed.split(","):
+    left_out = allowed is not None and NAME not in allowed.split(",")
+    if left_out:
         parts.append(f"VLLM_PLUGINS={allowed!r} leaves it out")
     try:
         on = is_on()
@@ -301,9 +303,12 @@ def describe(root: Path) -> str:
         parts.append(f"does not attach: {refusal}")
     else:
         where = f"vLLM {found.version}'s {len(found.modules)} modules"
-        parts.append(
-            f"engages: {where} served" if on else f"off ({VARIABLE} unset or 0; {where} found)"
-        )
+        if not on:
+            parts.append(f"off ({VARIABLE} unset or 0; {where} found)")
+        elif installed and not left_out:
+            parts.append(f"engages: {where} served")
+        else:
+            parts.append(f"would engage where vLLM loads it: {where} found")
     op = op_path()
     if op is None:
         parts.append("seed op: torch is not installed")

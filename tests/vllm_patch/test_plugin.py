@@ -363,6 +363,12 @@ def test_status_has_a_plugin_line(
     line = plugin.describe(tree.installed_root())
     assert "VLLM_PLUGINS='other_plugin' leaves it out" in line, line
     assert "does not attach: " in line and "build-op --plugin" in line, line
+    op = plugin.op_path()
+    assert op is not None
+    op.parent.mkdir(parents=True)
+    op.write_bytes(b"")
+    line = plugin.describe(tree.installed_root())
+    assert "would engage where vLLM loads it: vLLM 0.33.0's 11 modules found" in line, line
 
 
 def test_build_op_plugin_needs_no_target(capsys: pytest.CaptureFixture[str]) -> None:
