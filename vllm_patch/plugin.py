@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import functools
 import importlib.metadata
+import importlib.util
 import os
 import sys
 from collections.abc import Callable
@@ -116,11 +117,16 @@ def is_on() -> bool:
 
 
 def torch_version() -> str | None:
-    """The installed torch's version (read without importing it), or None."""
+    """The installed torch's version: its distribution's, read without importing it,
+    else (a torch without pip's metadata) its `__version__`; None without torch."""
     try:
         return importlib.metadata.version("torch")
     except importlib.metadata.PackageNotFoundError:
-        return None
+        if importlib.util.find_spec("torch") is None:
+            return None
+        import torch
+
+        return str(torch.__version__)
 
 
 def op_path() -> Path | None:

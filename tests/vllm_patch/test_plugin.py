@@ -397,3 +397,19 @@ def test_plugin_md_shows_what_runs() -> None:
     arg_utils = (tree.installed_root() / "vllm" / "engine" / "arg_utils.py").read_text()
     for flag in [word for word in serve.split() if word.startswith("--")]:
         assert flag[2:].split(".")[0].replace("-", "_") in arg_utils, flag
+
+
+def test_the_op_is_named_by_torch_even_without_its_metadata(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import importlib.metadata
+
+    import torch
+
+    with_metadata = plugin.torch_version()
+
+    def missing(name: str) -> str:
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(importlib.metadata, "version", missing)
+    assert plugin.torch_version() == str(torch.__version__) == with_metadata
