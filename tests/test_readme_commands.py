@@ -127,6 +127,7 @@ CITING = (
     "tests/gpu/vllm/README.md",
     "tests/gpu/results/README.md",
     "vllm_patch/README.md",
+    "vllm_patch/PLUGIN.md",
     "runner_hooks/README.md",
 )
 # A path after "<commit>:" is in the history, not the tree.

@@ -9,4 +9,6 @@ commit message.  `vendor` produces the vLLM-side copy of runner_hooks,
 `tree` finds targets (git trees, installed vLLMs) and their release, `gitrepo`
 runs git in them, `sources` builds pristine trees in the `cache`, from sources
 that `wheel` reads from PyPI over HTTP ranges (`pristine` records their sha256).
+`plugin` is the `vllm.general_plugins` entry point, which serves the same edits to a
+stock vLLM from memory through `plugin_attach`'s import hook (PLUGIN.md).
 """

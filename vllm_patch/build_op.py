@@ -10,16 +10,19 @@ TORCH_EXTENSION_NAME, the op's torch.ops namespace, and its PyInit__mamba_sr_C a
 then vLLM's.  The library is built in sr-prefetch's cache and placed in the target
 as vllm/_mamba_sr_C.so (patch.BUILT_OP) in one journaled write (written beside it,
 renamed over it), so that `import vllm._mamba_sr_C` loads it; `revert` removes it.
+For the plugin (plugin.py), `--plugin` places it in the cache instead, where the
+plugin finds it (cache.plugin_op_path: one per torch version).
 """
 
 from __future__ import annotations
 
+import os
 import shlex
 from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
 
-from . import journal, patch, tree
+from . import cache, journal, patch, tree
 from .releases import Design
 from .targets.cmake_lists import EXTENSION
 
@@ -54,11 +57,9 @@ def build_directory(seed_kernel: ModuleType, capabilities: Sequence[tuple[int, i
     return tree.cache_dir() / "build-op" / seed_kernel.build_name(capabilities)
 
 
-def build(
-    target: tree.Target, capabilities: Sequence[tuple[int, int]], seed_kernel: ModuleType
-) -> tuple[Path, Path]:
-    """Builds the library (seed_kernel.SeedKernelUnavailable where it cannot) and places
-    it in `target`; returns where it was built and where it was placed."""
+def _library(capabilities: Sequence[tuple[int, int]], seed_kernel: ModuleType) -> Path:
+    """The library, built in the cache (seed_kernel.SeedKernelUnavailable where it
+    cannot be)."""
     directory = build_directory(seed_kernel, capabilities)
     directory.mkdir(parents=True, exist_ok=True)
     library = seed_kernel.build_library(capabilities, name=EXTENSION, build_directory=directory)
@@ -66,7 +67,34 @@ def build(
         # torch names a second build of one name in a process `<name>_v1`, and its op's
         # namespace with it; vllm._mamba_sr_C would not find it.
         raise patch.PatchError(f"the build made {library.name}, not {EXTENSION}.so")
+    return library
+
+
+def build(
+    target: tree.Target, capabilities: Sequence[tuple[int, int]], seed_kernel: ModuleType
+) -> tuple[Path, Path]:
+    """Builds the library (seed_kernel.SeedKernelUnavailable where it cannot) and places
+    it in `target`; returns where it was built and where it was placed."""
+    library = _library(capabilities, seed_kernel)
     journal.replace_files(
         target.root, {patch.BUILT_OP: library.read_bytes()}, what="placing of the seed op"
     )
     return library, target.root / patch.BUILT_OP
+
+
+def build_for_plugin(
+    capabilities: Sequence[tuple[int, int]], seed_kernel: ModuleType, placed: Path
+) -> Path:
+    """Builds the library and places it at `placed` (plugin.op_path: the plugin serves
+    it as vllm._mamba_sr_C), written beside it and renamed over it, so that an engine
+    finds the old library or the new one whole; returns where it was built."""
+    library = _library(capabilities, seed_kernel)
+    with cache.writing():
+        placed.parent.mkdir(parents=True, exist_ok=True)
+        staged = placed.with_name(f"{placed.name}.part")
+        with staged.open("wb") as file:
+            file.write(library.read_bytes())
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(staged, placed)
+    return library

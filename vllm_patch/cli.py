@@ -19,10 +19,22 @@ import tempfile
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from types import FrameType
+from types import FrameType, ModuleType
 from typing import NoReturn
 
-from . import build_op, designs, gitrepo, journal, patch, releases, sources, syntax, targets, tree
+from . import (
+    build_op,
+    designs,
+    gitrepo,
+    journal,
+    patch,
+    plugin,
+    releases,
+    sources,
+    syntax,
+    targets,
+    tree,
+)
 from .cache import CacheError, write_problem
 from .designs import DESIGNS, commit_message
 from .patch import FileState
@@ -240,8 +252,18 @@ def _parser() -> argparse.ArgumentParser:
         "sr-prefetch's cache. Run it with the engine's Python and torch (an image build, a "
         "deployment step).",
     )
-    target_arguments(build_op_command, "[--base RELEASE] [--arch MAJOR.MINOR]")
+    target_arguments(build_op_command)
+    build_op_command.usage = (
+        "%(prog)s [-h] (PATH | --installed | --plugin) [--base RELEASE] [--arch MAJOR.MINOR]"
+    )
     base_option(build_op_command)
+    build_op_command.add_argument(
+        "--plugin",
+        action="store_true",
+        help="build the seed op for the vllm.general_plugins plugin instead: placed in "
+        "sr-prefetch's cache, one per torch version, where the plugin finds it (no vLLM "
+        "file changes)",
+    )
     build_op_command.add_argument(
         "--arch",
         type=_compute_capability,
@@ -363,6 +385,8 @@ def _status(args: argparse.Namespace) -> int:
             return 1
     print(f"vLLM tree: {target.root} ({target.kind})\nvLLM version: {_stated(target.version)}")
     print(f"Based on release: {target.release.version}")
+    if _imported_here(target):
+        print(f"Plugin: {plugin.describe(target.root)}")
     report = patch.status(target)
     if report.problem is not None:
         print(f"Design applied: none whole\n{report.problem}")
@@ -374,6 +398,14 @@ def _status(args: argparse.Namespace) -> int:
     print("Files touched:")
     _print_reports(report.files)
     return 0
+
+
+def _imported_here(target: tree.Target) -> bool:
+    """Whether `target` is the vLLM this Python imports: the one the plugin serves."""
+    try:
+        return tree.installed_root() == target.root
+    except tree.TreeError:
+        return False
 
 
 def _export(args: argparse.Namespace) -> int:
@@ -472,8 +504,18 @@ def _compute_capability(text: str) -> tuple[int, int]:
 
 
 def _build_op(args: argparse.Namespace) -> int:
-    target = _target(args)
-    build_op.check_target(target)
+    if args.plugin:
+        if args.installed or args.path is not None or args.base is not None:
+            raise tree.TreeError(
+                "build-op --plugin builds the plugin's seed op for this Python's torch: give "
+                "it no PATH, --installed or --base"
+            )
+        target = None
+        pin = _installed_torch_pin()
+    else:
+        target = _target(args)
+        build_op.check_target(target)
+        pin = f"torch=={target.release.torch}"
     try:
         import torch
     except ModuleNotFoundError as error:
@@ -481,8 +523,7 @@ def _build_op(args: argparse.Namespace) -> int:
             raise
         print(
             "sr-prefetch: build-op compiles with torch, which this Python cannot import: run "
-            "it with the engine's Python, or install the torch that vLLM "
-            f"{target.release.version} pins: pip install torch=={target.release.torch}",
+            f"it with the engine's Python, or install the torch that vLLM pins: pip install {pin}",
             file=sys.stderr,
         )
         return 1
@@ -491,7 +532,7 @@ def _build_op(args: argparse.Namespace) -> int:
     if torch.version.cuda is None:
         print(
             f"sr-prefetch: torch {torch.__version__} was built without CUDA, so it cannot "
-            f"build the seed op: install the CUDA build of torch=={target.release.torch}",
+            f"build the seed op: install the CUDA build of {pin}",
             file=sys.stderr,
         )
         return 1
@@ -508,6 +549,8 @@ def _build_op(args: argparse.Namespace) -> int:
             torch.cuda.get_device_capability(index) for index in range(torch.cuda.device_count())
         ]
     archs = ", ".join(f"{major}.{minor}" for major, minor in sorted(set(capabilities)))
+    if target is None:
+        return _build_plugin_op(capabilities, archs, seed_kernel)
     print(f"Building the seed op of {_describe(target)} for compute capability {archs} ...")
     if (target.root / "setup.py").is_file():
         print(
@@ -522,6 +565,33 @@ def _build_op(args: argparse.Namespace) -> int:
     print(
         f"Built {built} and placed it as {placed}: the engine imports it as "
         "vllm._mamba_sr_C (sr-prefetch revert removes it)."
+    )
+    return 0
+
+
+def _installed_torch_pin() -> str:
+    """The torch requirement of the vLLM this Python imports, for build-op --plugin's
+    advice; "torch" where no supported vLLM is installed."""
+    try:
+        return f"torch=={tree.resolve(tree.installed_root()).release.torch}"
+    except tree.TreeError:
+        return "torch"
+
+
+def _build_plugin_op(
+    capabilities: Sequence[tuple[int, int]], archs: str, seed_kernel: ModuleType
+) -> int:
+    placed = plugin.op_path()
+    assert placed is not None  # torch is importable
+    print(f"Building the plugin's seed op for compute capability {archs} ...")
+    try:
+        built = build_op.build_for_plugin(capabilities, seed_kernel, placed)
+    except seed_kernel.SeedKernelUnavailable as error:
+        print(f"sr-prefetch: {error}", file=sys.stderr)
+        return 1
+    print(
+        f"Built {built} and placed it as {placed}: the plugin serves it as vllm._mamba_sr_C "
+        f"to this torch's engines (with {plugin.VARIABLE}=1)."
     )
     return 0
 

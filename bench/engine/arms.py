@@ -80,7 +80,7 @@ class Arm:
         """The microbenchmark's variant with this arm's seed path (bench/variants.py)."""
         if self.perturb in (Perturb.NO_DRAW, Perturb.ONE_DRAW):
             return self.name  # floor, floor-rng
-        if self.copy is None or self.env.get("VLLM_MAMBA_SR_SEED_PREFETCH") != "1":
+        if self.env.get("VLLM_MAMBA_SR_SEED_PREFETCH") != "1":
             return "stock"
         if self.copy is Design.FORWARD_CONTEXT:
             return "forward-context"
@@ -166,10 +166,20 @@ FLOOR_RNG = Arm(
     perturb=Perturb.ONE_DRAW,
     what="the floor plus one one-element draw per forward",
 )
+# Stock vLLM with this package's vllm.general_plugins plugin (vllm_patch/plugin.py)
+# engaged: the reset design as it lands, served from memory, no file of the copy
+# changed.  Its own check is tests/gpu/test_plugin_engine.py; the file patch's runs
+# (ARMS) leave it out.
+PLUGIN = Arm(
+    "plugin",
+    None,
+    dict(ON),
+    what="stock vLLM, the sr_seed_prefetch plugin engaged (reset design)",
+)
 TIMING_ARMS = (*ARMS, FLOOR, FLOOR_RNG)
 # Every arm the identity check runs, in its table's order.
 IDENTITY_ARMS = ARMS + CONTROLS
-BY_NAME = {arm.name: arm for arm in (*IDENTITY_ARMS, FLOOR, FLOOR_RNG)}
+BY_NAME = {arm.name: arm for arm in (*IDENTITY_ARMS, FLOOR, FLOOR_RNG, PLUGIN)}
 
 # What two processes of the same code need to compute the same bits: the
 # first Triton autotuning pick in the shared cache is every later engine's

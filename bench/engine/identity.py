@@ -110,13 +110,21 @@ def _run_worker(
         worker.close()
 
 
-def run(settings: Settings, spawn: Callable[..., dict] = spawn_all) -> dict[str, Any]:
+def run(
+    settings: Settings,
+    spawn: Callable[..., dict] = spawn_all,
+    arms: tuple[Arm, ...] | None = None,
+    modes: tuple[GraphMode, ...] = MODES,
+) -> dict[str, Any]:
     """Every cell's record (and each worker's engagement lines), saved as they come
-    to settings.out / "identity.json" and to $SR_ENGINE_RESUME where it is set."""
+    to settings.out / "identity.json" and to $SR_ENGINE_RESUME where it is set.  The
+    arms are `arms` (stock first), else those of $SR_ENGINE_IDENTITY_ARMS; the modes
+    those of `modes` that $SR_ENGINE_MODES names."""
     previous = _resumed()
     records: dict[str, Any] = dict(previous["records"])
     engagement: dict[str, list[str]] = dict(previous["engagement"])
-    arms, modes, servings = identity_arms_from_env(), modes_from_env(MODES), servings_from_env()
+    arms = identity_arms_from_env() if arms is None else arms
+    modes, servings = modes_from_env(modes), servings_from_env()
     cells = [(serving, mode) for serving in servings for mode in modes]
     todo = {
         (arm.name, runner): [c for c in cells if key(arm.name, runner, c[1], c[0]) not in records]

@@ -12,7 +12,7 @@ from .arms import ARMS, BY_NAME, CONTROLS, IDENTITY_ARMS, STOCK, TIMING_ARMS, Gr
 
 
 def test_arms() -> None:
-    assert ARMS[0] is STOCK and len(BY_NAME) == len(IDENTITY_ARMS) + 2  # + the two floors
+    assert ARMS[0] is STOCK and len(BY_NAME) == len(IDENTITY_ARMS) + 3  # + floors, plugin
     assert all(control.control and control.copy is None for control in CONTROLS)
     eager = arms.engine_kwargs("/m", GraphMode.EAGER)
     graphs = arms.engine_kwargs("/m", GraphMode.PIECEWISE, seed=3)

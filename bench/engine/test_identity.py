@@ -106,3 +106,28 @@ def test_the_identity_run_goes_through_each_serving(
     assert [serving for name, serving in starts if name == "reset/v2"] == ["plain", "mtp7"]
     first_mtp = starts.index(("stock/v1", "mtp7"))
     assert all(serving == "plain" for _, serving in starts[:first_mtp])
+
+
+def test_identity_run_takes_its_arms_and_modes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """tests/gpu/test_plugin_engine.py's run: its own arms (the plugin's among them, not
+    one of IDENTITY_ARMS) and modes, whatever SR_ENGINE_IDENTITY_ARMS says."""
+    from .identity import RESUME_ENV, key, run
+    from .session import IDENTITY_ARMS_ENV, Settings
+
+    monkeypatch.delenv(RESUME_ENV, raising=False)
+    monkeypatch.setenv(IDENTITY_ARMS_ENV, "reset")
+    log: list[str] = []
+
+    def spawn(pairs, settings, tag, extra_env):
+        return {(a.name, r.value): FakeWorker(f"{a.name}/{r.value}", log) for a, r in pairs}
+
+    chosen = (arms.STOCK, arms.PLUGIN)
+    modes = (GraphMode.EAGER, GraphMode.FULL_AND_PIECEWISE)
+    settings = Settings(sites={}, gpus=("0",), out=tmp_path / "out")
+    data = run(settings, spawn=spawn, arms=chosen, modes=modes)
+    assert set(data["records"]) == {
+        key(a.name, r, m) for a in chosen for r in Runner for m in modes
+    }
+    assert data["engagement"]["plugin/v2"] == ["line of plugin/v2"]

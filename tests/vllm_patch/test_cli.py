@@ -27,6 +27,7 @@ from vllm_patch import (
     fork_test,
     gitrepo,
     patch,
+    plugin,
     releases,
     sources,
     syntax,
@@ -433,7 +434,8 @@ def test_usage_shows_path_or_installed_as_required_and_every_option(
         cli.main([command, "--help"])
     usage, _, options = capsys.readouterr().out.partition("\n\n")
     usage = " ".join(usage.split())
-    assert usage.startswith(f"usage: sr-prefetch {command} [-h] (PATH | --installed) "), usage
+    targets = "(PATH | --installed | --plugin)" if command == "build-op" else "(PATH | --installed)"
+    assert usage.startswith(f"usage: sr-prefetch {command} [-h] {targets} "), usage
     assert all(option in usage for option in set(re.findall(r"--[a-z-]+", options)) - {"--help"})
     # and one of them is indeed required
     assert cli.main([command]) == 1
@@ -700,6 +702,33 @@ def test_build_op_builds_runner_hooks_source_as_vllms_extension_and_places_it(
     status, out = run(capsys, "revert", small_tree)
     assert status == 0 and f"removed        {patch.BUILT_OP}" in out, out
     assert changed_files(small_tree) == set()
+
+
+def test_build_op_plugin_places_the_op_where_the_plugin_finds_it(
+    cache: Path,
+    cuda_torch: None,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """--plugin builds the same library, under the same name and in the same build
+    directory, and places it in the cache (plugin.op_path), changing no vLLM."""
+    from runner_hooks.core import seed_kernel
+
+    def build_library(caps, *, name=None, build_directory=None):  # type: ignore[no-untyped-def]
+        library = build_directory / f"{name}.so"
+        library.write_bytes(b"\x7fELF the library")
+        return library
+
+    monkeypatch.setattr(seed_kernel, "build_library", build_library)
+    status, out = run(capsys, "build-op", "--plugin", "--arch", "9.0")
+    assert status == 0, out
+    placed = plugin.op_path()
+    assert placed is not None and placed.read_bytes() == b"\x7fELF the library"
+    assert placed.parent.parent == cache / "plugin-op"
+    directory = cache / "build-op" / seed_kernel.build_name([(9, 0)])
+    assert f"Built {directory / '_mamba_sr_C.so'} and placed it as {placed}" in out, out
+    status, out = run(capsys, "status", "--installed")
+    assert status == 0 and f"seed op built ({placed})" in out, out
 
 
 def test_a_placed_library_without_the_design_is_a_leftover(

@@ -149,6 +149,12 @@ def declarations(design: Design) -> list[str]:
     return [source.segment(node) for node in source.tree.body]
 
 
+def definitions(design: Design) -> str:
+    """The design's entries of `environment_variables` as landing/envs.py writes them,
+    each with its comment lines (the plugin evaluates them: plugin.py)."""
+    return _landing_parts(VARIABLES[design])[1]
+
+
 def operations(design: Design) -> FileOperations:
     declarations, definitions = _landing_parts(VARIABLES[design])
     return FileOperations(

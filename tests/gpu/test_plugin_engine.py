@@ -1,0 +1,146 @@
+"""Stock vLLM with the sr_seed_prefetch plugin engaged against stock, value by value,
+on a GPU.
+
+The engines are bench/engine's, run as tests/gpu/vllm/test_engine_identity.py runs them
+(identity.run: 12 requests of 5-700 prompt tokens, temperature 1, LLM(seed=0)), with
+four arms: stock, stock-again (the positive control: stock in another process), plugin
+(arms.PLUGIN: the same stock copy of vLLM, VLLM_MAMBA_SR_SEED_PREFETCH=1, the plugin
+loaded by vLLM from this package's entry point) and control-one-seed (stock with one SR
+seed in every 40 XOR 1, the negative control); through each runner the release serves
+the model with (V1 and V2 from 0.23.0), eager and FULL_AND_PIECEWISE.  Asserted: the
+plugin's fp16 SSM state of every Mamba-2 layer at every engine step, and at the end the
+state bytes, token ids and logprobs, equal stock's; the control's state differs; the
+plugin's engine logs the plugin's line and the prefetcher's engagement line, stock's
+neither.
+
+Needs the stock vLLM copy named in $SR_ENGINE_SITES (`stock=/tmp/site`), this package
+pip-installed in the engine's Python (its entry point), and the seed op built by
+`sr-prefetch build-op --plugin` under the same $SR_PREFETCH_CACHE; the command is in
+vllm_patch/PLUGIN.md.  Records go to $OUT/engine/identity.json.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench.engine import model
+from bench.engine.arms import CONTROLS, PLUGIN, STOCK, STOCK_AGAIN, GraphMode, Perturb, Runner
+from bench.engine.identity import key, run
+from bench.engine.report import compact_record, first_difference, rank_states
+from bench.engine.session import SKIP_REASON, Settings
+from vllm_patch import plugin, releases, tree
+
+pytestmark = [pytest.mark.gpu]
+
+CONTROL = next(arm for arm in CONTROLS if arm.perturb is Perturb.ONE_SEED)
+MODES = (GraphMode.EAGER, GraphMode.FULL_AND_PIECEWISE)
+MIN_DECODE_STEPS = 64
+
+
+@pytest.fixture(scope="module")
+def identity() -> dict[str, Any]:
+    settings = Settings.from_env()
+    if settings is None:
+        pytest.skip(SKIP_REASON)
+    if not plugin.entry_point_installed():
+        pytest.fail(
+            f"this Python has no {plugin.GROUP} entry point {plugin.NAME}: install this "
+            "package (pip install --no-deps --no-build-isolation -e .)",
+            pytrace=False,
+        )
+    try:
+        plugin.built_op()
+    except plugin.NoSeedOp as error:
+        pytest.fail(str(error), pytrace=False)
+    found = run(settings, arms=(STOCK, STOCK_AGAIN, PLUGIN, CONTROL), modes=MODES)
+    return {**found, "site": settings.sites["stock"]}
+
+
+def record(identity: dict[str, Any], arm: str, runner: Runner, mode: GraphMode) -> dict:
+    cell = key(arm, runner, mode)
+    if cell not in identity["records"]:
+        pytest.skip(f"{cell} was not run (SR_ENGINE_RUNNERS, SR_ENGINE_MODES)")
+    got = identity["records"][cell]
+    if "error" in got:
+        pytest.fail(f"{cell} did not run: {got['error']}", pytrace=False)
+    return got if "tokens_sha256" in got else compact_record(got)
+
+
+def differing_ranks(stock: dict, got: dict) -> dict[int, int | None]:
+    """rank -> the first engine step its SSM state differs from stock's (None: only the
+    final bytes do), for every rank whose state differs."""
+    differ = {}
+    for a, b in zip(rank_states(stock), rank_states(got), strict=True):
+        step = first_difference(a["fingerprints"], b["fingerprints"])
+        if step is not None or a["state_sha256"] != b["state_sha256"]:
+            differ[a["rank"]] = step
+    return differ
+
+
+def assert_identical(stock: dict, got: dict) -> None:
+    assert stock["decode_steps"] >= MIN_DECODE_STEPS, stock["decode_steps"]
+    differ = differing_ranks(stock, got)
+    assert not differ, f"the SSM state differs from stock's (rank: from engine step) {differ}"
+    assert got["tokens_sha256"] == stock["tokens_sha256"], "token ids differ"
+    assert got["logprobs_sha256"] == stock["logprobs_sha256"], "logprobs differ"
+
+
+cells = pytest.mark.parametrize("mode", MODES, ids=lambda m: m.value)
+runners = pytest.mark.parametrize("runner", list(Runner), ids=lambda r: r.value)
+
+
+@cells
+@runners
+def test_stock_is_reproducible(identity, runner: Runner, mode: GraphMode) -> None:
+    stock = record(identity, STOCK.name, runner, mode)
+    assert_identical(stock, record(identity, STOCK_AGAIN.name, runner, mode))
+
+
+@cells
+@runners
+def test_plugin_is_identical_to_stock(identity, runner: Runner, mode: GraphMode) -> None:
+    stock = record(identity, STOCK.name, runner, mode)
+    again = record(identity, STOCK_AGAIN.name, runner, mode)
+    if differing_ranks(stock, again):
+        pytest.skip("inconclusive: two stock processes differ (test_stock_is_reproducible)")
+    assert_identical(stock, record(identity, PLUGIN.name, runner, mode))
+
+
+@cells
+@runners
+def test_negative_control_differs(identity, runner: Runner, mode: GraphMode) -> None:
+    stock = record(identity, STOCK.name, runner, mode)
+    got = record(identity, CONTROL.name, runner, mode)
+    differ = differing_ranks(stock, got)
+    assert sorted(differ) == [s["rank"] for s in rank_states(stock)], differ
+    assert all(step is not None for step in differ.values()), differ
+
+
+@runners
+def test_plugin_engaged(identity, runner: Runner) -> None:
+    """The plugin's engine logs the plugin's line and the prefetcher's, naming N and
+    the backend; stock's engines log neither."""
+    lines = identity["engagement"].get(f"{PLUGIN.name}/{runner.value}")
+    if lines is None:
+        pytest.skip(f"no plugin engine of {runner.value} ran")
+    joined = " | ".join(lines)
+    assert "sr_seed_prefetch plugin: vLLM" in joined, joined
+    assert f"seeds for {model.mamba2_layers()} layers per forward" in joined, joined
+    assert "flashinfer SSU" in joined and "unused" not in joined, joined
+    for arm in (STOCK, STOCK_AGAIN):
+        assert identity["engagement"].get(f"{arm.name}/{runner.value}", []) == [], arm.name
+
+
+def test_no_file_of_vllm_changed(identity) -> None:
+    """The plugin's engines ran the stock copy: every file the file patch changes is the
+    release's, and no trace of the file patch is there."""
+    site = Path(identity["site"])
+    release, _ = releases.base_of(tree.read_version(site) or "")
+    for path, digest in releases.pristine_sha256()[release.version].items():
+        if (site / path).is_file():
+            assert hashlib.sha256((site / path).read_bytes()).hexdigest() == digest, path
+    assert plugin.file_patch_marker(site) is None
