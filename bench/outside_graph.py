@@ -115,7 +115,12 @@ class OutsideGraphBatch:
             self.under_capture = capturing
         elif capturing != self.under_capture:
             return None
-        if core._current_stream_handle(self._device_index) != self._stream_handle:
+        # Under capture nothing runs: a replay reads on the stream it is launched on,
+        # after its hook's draw there; the capture's own stream (torch's side stream
+        # by default) orders nothing.
+        if not capturing and (
+            core._current_stream_handle(self._device_index) != self._stream_handle
+        ):
             raise WrongStreamError(
                 f"{self._owner}: seed {k} taken on {torch.cuda.current_stream()}, "
                 f"but its forward began on stream {self._stream_handle:#x}; all "

@@ -166,6 +166,16 @@ def test_a_seed_on_another_stream_is_refused(cuda, generator) -> None:
             p.next_seed()
 
 
+def test_under_capture_the_capture_stream_may_differ(cuda, generator) -> None:
+    """torch.cuda.graph captures on a side stream unless told otherwise."""
+    p = prefetcher(generator)
+    with p.forward(full_cudagraph=True):
+        cuda.capturing, cuda.stream = True, 9
+        assert None not in take_all(p)
+        cuda.capturing, cuda.stream = False, 1
+    assert generator.offset == 0
+
+
 def test_a_forward_that_enters_a_capture_midway_draws_inline(cuda, generator) -> None:
     p = prefetcher(generator)
     with p.forward():

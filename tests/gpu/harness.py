@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import pytest
 import torch
@@ -40,7 +41,8 @@ class Forward:
 
 
 class Runner:
-    """Runs forwards of `NUM_LAYERS` SSU calls; `design` None is stock."""
+    """Runs forwards of `NUM_LAYERS` SSU calls; `design` None is stock, else "reset",
+    "forward-context" or "outside-graph" (bench/outside_graph.py)."""
 
     def __init__(
         self,
@@ -54,7 +56,7 @@ class Runner:
         self.num_layers = num_layers
         self.hooks = BodyFirstForwardHooks()
         self.current: Forward | None = None
-        self.prefetcher: ResetPrefetcherByName | ForwardContextPrefetcherByName | None
+        self.prefetcher: Any
         if design == "reset":
             self.prefetcher = ResetPrefetcherByName(
                 num_layers,
@@ -62,6 +64,14 @@ class Runner:
                 sync_plan=sync_plan,
                 drawer=drawer,
             )
+            self.hooks.register(self.prefetcher)
+        elif design == "outside-graph":
+            from bench.drawers import resolve_drawer
+            from bench.outside_graph import outside_graph_prefetcher
+
+            made = resolve_drawer(drawer)
+            assert made is not None, drawer
+            self.prefetcher = outside_graph_prefetcher(num_layers, self.device, made.draw)
             self.hooks.register(self.prefetcher)
         elif design == "forward-context":
             self.prefetcher = ForwardContextPrefetcherByName(
