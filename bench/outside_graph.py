@@ -173,16 +173,19 @@ class OutsideGraphPrefetcher:
     def __init__(self, prefetch: OutsideGraphPrefetch) -> None:
         self.prefetch = prefetch
         self._batch: OutsideGraphBatch | None = None
+        self._full_cudagraph = False
         self.last_capture_took = 0
         """Seeds the last forward captured took from the buffer (0: none captured)."""
         self._warned_unconsumed = False
 
     @contextmanager
     def forward(self, full_cudagraph: bool = False, count: int | None = None) -> Iterator[None]:
-        """One forward (eager, captured or replayed alike: `full_cudagraph` changes
-        nothing here); `count`: seeds to draw, default N (a replay draws what its
-        graph's capture took)."""
-        self._begin(count)
+        """One forward, drawn for alike whether eager, captured or replayed;
+        `full_cudagraph` (a FULL graph's capture or replay) only tells a replay,
+        which takes no seed in Python, from an eager forward that took none;
+        `count`: seeds to draw, default N (a replay draws what its graph's capture
+        took)."""
+        self._begin(count, full_cudagraph)
         try:
             yield
         finally:
@@ -190,14 +193,15 @@ class OutsideGraphPrefetcher:
 
     def on_forward_begin(self, info: ForwardInfo) -> None:
         if info.runs_ssu and not info.micro_batched:
-            self._begin(None)
+            self._begin(None, info.full_cudagraph)
         else:
             self._batch = None
 
     def on_forward_end(self, info: ForwardInfo) -> None:
         self._end()
 
-    def _begin(self, count: int | None) -> None:
+    def _begin(self, count: int | None, full_cudagraph: bool) -> None:
+        self._full_cudagraph = full_cudagraph
         self._batch = self.prefetch.schedule_outside(count)
 
     def next_seed(self) -> torch.Tensor | None:
@@ -212,15 +216,18 @@ class OutsideGraphPrefetcher:
             self.last_capture_took = batch.consumed
             if batch.drawn:
                 rewind_generator(self.prefetch._device_index, OFFSETS_PER_DRAW * batch.drawn_count)
-        elif 0 < batch.consumed < self.prefetch.num_seeds and not self._warned_unconsumed:
-            # consumed 0 outside a capture is a replay (its graph read the seeds).
+        elif (
+            batch.consumed < batch.drawn_count
+            and not (self._full_cudagraph and batch.consumed == 0)  # a replay
+            and not self._warned_unconsumed
+        ):
             self._warned_unconsumed = True
             logger.warning(
                 "%s: a forward consumed %d of the %d seeds it drew, so its later "
                 "seeds differ from stock's (warned once)",
                 self.prefetch.owner,
                 batch.consumed,
-                self.prefetch.num_seeds,
+                batch.drawn_count,
             )
 
 

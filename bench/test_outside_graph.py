@@ -146,12 +146,20 @@ def test_every_forward_and_graph_reads_one_buffer(cuda, generator) -> None:
     assert eager.data_ptr() == captured.data_ptr()
 
 
+def test_an_eager_forward_that_takes_no_seed_warns_too(cuda, generator, caplog) -> None:
+    p = prefetcher(generator)
+    with caplog.at_level(logging.WARNING, logger="bench.outside_graph"), p.forward():
+        pass
+    assert "consumed 0 of the 4 seeds" in caplog.records[0].getMessage()
+
+
 def test_a_forward_that_leaves_seeds_warns_once(cuda, generator, caplog) -> None:
     p = prefetcher(generator)
     with caplog.at_level(logging.WARNING, logger="bench.outside_graph"):
-        for _ in range(2):
+        for calls in (1, 0):
             with p.forward():
-                p.next_seed()
+                for _ in range(calls):
+                    p.next_seed()
     assert [r.getMessage() for r in caplog.records] == [
         "outside-graph: a forward consumed 1 of the 4 seeds it drew, so its later "
         "seeds differ from stock's (warned once)"
