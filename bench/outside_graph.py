@@ -35,10 +35,10 @@ after waiting on the handover event recorded on the last stream (SeedPrefetch's
 handover). The buffer lives as long as the process's prefetch machinery for its
 device and size (`persistent_prefetch`), so a graph never outlives what it reads.
 
-What this does not cover: a FULL graph whose capture took fewer than N seeds (or
-none) but whose replays the hook still marks as running the SSU, which draws N;
-on V1 vLLM captures FULL graphs only for uniform-decode batches under
-FULL_AND_PIECEWISE, each a full forward of N SSU calls. V2's replay wrapper
+What this does not cover: on V1 a replay's hook draws N whenever the batch has
+decode tokens, which matches what the graph's capture took when every FULL graph is
+of a uniform-decode batch (N SSU calls), as under FULL_AND_PIECEWISE and
+FULL_DECODE_ONLY; other graph modes are not argued here. V2's replay wrapper
 (bench/engine/outside_graph_v2.py) draws exactly what each graph's capture took.
 """
 
