@@ -215,3 +215,29 @@ def test_rewinding_below_zero_is_refused_with_what_to_do(generator) -> None:
     assert generator.offset == 0
     with pytest.raises(outside_graph.GeneratorRewindError, match="reseed it after capturing"):
         outside_graph.rewind_generator(0, 4)
+
+
+def test_the_bench_variant_replays_inside_a_forward(cuda, generator) -> None:
+    """bench/variants.py's outside-graph variant: each replay of its captured step
+    opens a FULL forward first, so the replay's seeds are drawn before the graph."""
+    from bench.variants import ReplayingGraph
+    from runner_hooks.hooks import ForwardHooks
+
+    p = prefetcher(generator)
+    hooks = ForwardHooks()
+    hooks.register(p)
+    replayed = []
+
+    class Graph:
+        def replay(self) -> None:
+            replayed.append(generator.offset)
+
+    ReplayingGraph(Graph(), hooks).replay()  # type: ignore[arg-type]
+    assert replayed == [4 * N] and hooks.current is None
+
+
+def test_the_capture_test_fails_without_the_rewind(cuda, generator, monkeypatch) -> None:
+    """Mutation: without the rewind, a capture the hook encloses moves the generator."""
+    monkeypatch.setattr(outside_graph, "rewind_generator", lambda index, offsets: None)
+    with pytest.raises(AssertionError):
+        test_a_capture_inside_the_hook_leaves_the_generator_where_stock_does(cuda, generator)

@@ -42,7 +42,8 @@ class Forward:
 
 class Runner:
     """Runs forwards of `NUM_LAYERS` SSU calls; `design` None is stock, else "reset",
-    "forward-context" or "outside-graph" (bench/outside_graph.py)."""
+    "forward-context", "outside-graph" (bench/outside_graph.py) or "checked-once"
+    (bench/checked_once.py)."""
 
     def __init__(
         self,
@@ -65,13 +66,17 @@ class Runner:
                 drawer=drawer,
             )
             self.hooks.register(self.prefetcher)
-        elif design == "outside-graph":
+        elif design in ("outside-graph", "checked-once"):
+            from bench.checked_once import checked_once_prefetcher
             from bench.drawers import resolve_drawer
             from bench.outside_graph import outside_graph_prefetcher
 
             made = resolve_drawer(drawer)
             assert made is not None, drawer
-            self.prefetcher = outside_graph_prefetcher(num_layers, self.device, made.draw)
+            make = (
+                outside_graph_prefetcher if design == "outside-graph" else checked_once_prefetcher
+            )
+            self.prefetcher = make(num_layers, self.device, made.draw)
             self.hooks.register(self.prefetcher)
         elif design == "forward-context":
             self.prefetcher = ForwardContextPrefetcherByName(
