@@ -21,6 +21,8 @@ def capture_step(
     The forward scope is told `captured=True`, as vLLM's runner tells its
     hooks for a FULL graph; the graph has its own memory pool, so the seed
     buffers a prefetcher allocates during capture belong to this graph alone.
+    A source with `around_replay` (the outside-graph variant) gets the graph back
+    wrapped by it, so every replay opens its forward first.
     """
     for _ in range(WARMUP_STEPS):
         run_step(model, source, captured=False, record=record)
@@ -29,4 +31,5 @@ def capture_step(
     with torch.cuda.graph(graph):
         run_step(model, source, captured=True, record=record)
     torch.cuda.synchronize()
-    return graph
+    around_replay = getattr(source, "around_replay", None)
+    return graph if around_replay is None else around_replay(graph)

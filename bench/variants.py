@@ -18,6 +18,11 @@ variants:
   for every sync plan in `bench.sync.SYNC_PLANS` and every drawer in
   `bench.drawers.DRAWERS` found at run time, so new ones join the
   bench without edits here.
+* reset-outside-graph: bench/outside_graph.py behind `BodyFirstForwardHooks`, with the
+  kernel drawer: each forward's seeds drawn eagerly as its hook fires, a replay's
+  too (`around_replay`), into one buffer every graph reads; no graph draws.
+* reset-checked-once: bench/checked_once.py, with the kernel drawer: the capture
+  and stream checks at a forward's first and last seed only.
 * floor-rng: the floor plus one one-element draw from the default generator
   per forward, the drawing floor (summary.FLOOR_RNG says what it costs);
 * floor: one fixed seed tensor, nothing drawn; the no-RNG-cost reference.
@@ -317,6 +322,65 @@ class ResetSource:
         return _prefetched_or_stock(self._prefetcher.next_seed, self._device)
 
 
+class HookedSource:
+    """A bench prefetcher (bench/outside_graph.py, bench/checked_once.py) behind the
+    runner hooks, drawing with the seed kernel; without CUDA, stock's inline draw."""
+
+    def __init__(self, num_layers: int, device: torch.device, make: Callable[..., object]) -> None:
+        from runner_hooks.core.seed_kernel import SeedKernelUnavailable
+
+        from .drawers import kernel_drawer
+
+        self._device = device
+        self._hooks = BodyFirstForwardHooks()
+        self._prefetcher: object | None = None
+        if cuda_device(device, num_layers) is None:
+            return
+        drawer = kernel_drawer()
+        if isinstance(drawer, str):
+            raise SeedKernelUnavailable(drawer)
+        self._prefetcher = make(num_layers, device, drawer.draw)
+        self._hooks.register(self._prefetcher)  # type: ignore[arg-type]
+
+    def forward_scope(self, captured: bool) -> AbstractContextManager[object]:
+        return self._hooks.forward(ForwardInfo(runs_ssu=True, full_cudagraph=captured))
+
+    def seed(self) -> torch.Tensor:
+        if self._prefetcher is None:
+            return torch.randint(0, SEED_HIGH, (1,), device=self._device)
+        return _prefetched_or_stock(self._prefetcher.next_seed, self._device)  # type: ignore[attr-defined]
+
+
+class ReplayingGraph:
+    """A captured graph whose every replay runs inside a forward of the hooks (the
+    outside-graph variant's: its replay's seeds are drawn before the graph runs)."""
+
+    def __init__(self, graph: torch.cuda.CUDAGraph, hooks: hooks.ForwardHooks) -> None:
+        self._graph, self._hooks = graph, hooks
+
+    def replay(self) -> None:
+        with self._hooks.forward(ForwardInfo(runs_ssu=True, full_cudagraph=True)):
+            self._graph.replay()
+
+
+class OutsideGraphSource(HookedSource):
+    def __init__(self, num_layers: int, device: torch.device) -> None:
+        from .outside_graph import outside_graph_prefetcher
+
+        super().__init__(num_layers, device, outside_graph_prefetcher)
+
+    def around_replay(self, graph: torch.cuda.CUDAGraph) -> object:
+        """What the bench replays in place of `graph`."""
+        return graph if self._prefetcher is None else ReplayingGraph(graph, self._hooks)
+
+
+class CheckedOnceSource(HookedSource):
+    def __init__(self, num_layers: int, device: torch.device) -> None:
+        from .checked_once import checked_once_prefetcher
+
+        super().__init__(num_layers, device, checked_once_prefetcher)
+
+
 @dataclass(frozen=True)
 class VariantSpec:
     """A variant by name, and how to build its seed source for N layers on a device."""
@@ -338,6 +402,8 @@ def variant_specs() -> list[VariantSpec]:
         for drawer in DRAWERS:
             build = functools.partial(_reset, sync_plan=plan, drawer=drawer)
             specs.append(VariantSpec(f"reset-{plan}-{drawer}", build))
+    specs.append(VariantSpec("reset-outside-graph", OutsideGraphSource))
+    specs.append(VariantSpec("reset-checked-once", CheckedOnceSource))
     specs.append(
         VariantSpec(
             FLOOR_RNG, lambda layers, device: DrawingFloorSource(device), seed_checked=False

@@ -69,6 +69,9 @@ class Arm:
     # ResetPrefetcherByName with them in its place before the engine starts.
     drawer: str | None = None
     sync_plan: str | None = None
+    # A prefetcher of bench's in place of the landed one, by name (PREFETCHERS):
+    # the worker attaches it instead, over the landed drawer.
+    prefetcher: str | None = None
 
     @property
     def site(self) -> str:
@@ -84,6 +87,8 @@ class Arm:
             return "stock"
         if self.copy is Design.FORWARD_CONTEXT:
             return "forward-context"
+        if self.prefetcher is not None:
+            return f"reset-{self.prefetcher}"
         return f"reset-{self.sync_plan or 'current_stream'}-{self.drawer or 'kernel'}"
 
 
@@ -179,7 +184,30 @@ PLUGIN = Arm(
 TIMING_ARMS = (*ARMS, FLOOR, FLOOR_RNG)
 # Every arm the identity check runs, in its table's order.
 IDENTITY_ARMS = ARMS + CONTROLS
-BY_NAME = {arm.name: arm for arm in (*IDENTITY_ARMS, FLOOR, FLOOR_RNG, PLUGIN)}
+PREFETCHERS = ("outside-graph", "checked-once")
+"""bench's prefetchers an arm may attach (Arm.prefetcher): bench/outside_graph.py,
+bench/checked_once.py."""
+# The out-of-graph and checked-once arms: run where named (SR_ENGINE_IDENTITY_ARMS, SR_ENGINE_ARMS), by both
+# the identity check and the timing; the committed full runs predate them.
+OPT_IN_ARMS: tuple[Arm, ...] = (
+    Arm(
+        "reset-outside-graph",
+        Design.RESET,
+        dict(ON),
+        what="reset design, every forward's seeds drawn eagerly as its hook fires, "
+        "before captures and replays alike, into one buffer the graphs read: "
+        "no RNG inside any graph",
+        prefetcher="outside-graph",
+    ),
+    Arm(
+        "reset-checked-once",
+        Design.RESET,
+        dict(ON),
+        what="reset design, the capture and stream checks once per forward, not once per SSU call",
+        prefetcher="checked-once",
+    ),
+)
+BY_NAME = {arm.name: arm for arm in (*IDENTITY_ARMS, FLOOR, FLOOR_RNG, PLUGIN, *OPT_IN_ARMS)}
 
 # What two processes of the same code need to compute the same bits: the
 # first Triton autotuning pick in the shared cache is every later engine's

@@ -71,14 +71,16 @@ VARIABLES: tuple[Variable, ...] = (
         ARMS_ENV,
         "all of arms.TIMING_ARMS",
         "stock,floor,...: the arms the timing measures; stock is always among them "
-        "(older names, compact.RENAMES, are taken too)",
+        "(older names, compact.RENAMES, are taken too); arms.OPT_IN_ARMS run only "
+        "where named",
         "session.py",
     ),
     Variable(
         IDENTITY_ARMS_ENV,
         "all of arms.IDENTITY_ARMS",
         "reset,...: the identity run's arms; stock and stock-again, the positive "
-        "control, always run (older names, compact.RENAMES, are taken too)",
+        "control, always run (older names, compact.RENAMES, are taken too); "
+        "arms.OPT_IN_ARMS run only where named",
         "session.py",
     ),
     Variable(

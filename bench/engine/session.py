@@ -21,6 +21,7 @@ from . import model
 from .arms import (
     BATCH_SIZES,
     IDENTITY_ARMS,
+    OPT_IN_ARMS,
     PLAIN,
     SERVING_BY_NAME,
     SERVINGS,
@@ -140,22 +141,26 @@ def _names_from_env(env: str, known: set[str], arms: bool = False) -> set[str] |
 
 
 def timing_arms_from_env() -> tuple[Arm, ...]:
-    """The timing's arms named in SR_ENGINE_ARMS, in TIMING_ARMS' order; stock
+    """The timing's arms named in SR_ENGINE_ARMS, in TIMING_ARMS' order, then
+    OPT_IN_ARMS' (run only where named); stock
     (every saving's base) is measured whether named or not."""
-    names = _names_from_env(ARMS_ENV, {arm.name for arm in TIMING_ARMS}, arms=True)
+    known = (*TIMING_ARMS, *OPT_IN_ARMS)
+    names = _names_from_env(ARMS_ENV, {arm.name for arm in known}, arms=True)
     if names is None:
         return TIMING_ARMS
-    return tuple(arm for arm in TIMING_ARMS if arm.name in names | {STOCK.name})
+    return tuple(arm for arm in known if arm.name in names | {STOCK.name})
 
 
 def identity_arms_from_env() -> tuple[Arm, ...]:
     """The identity run's arms named in SR_ENGINE_IDENTITY_ARMS, in IDENTITY_ARMS'
-    order; stock and stock-again (the positive control) run whether named or not."""
-    names = _names_from_env(IDENTITY_ARMS_ENV, {arm.name for arm in IDENTITY_ARMS}, arms=True)
+    order, then OPT_IN_ARMS' (run only where named); stock and stock-again (the
+    positive control) run whether named or not."""
+    known = (*IDENTITY_ARMS, *OPT_IN_ARMS)
+    names = _names_from_env(IDENTITY_ARMS_ENV, {arm.name for arm in known}, arms=True)
     if names is None:
         return IDENTITY_ARMS
     always = {STOCK.name, STOCK_AGAIN.name}
-    return tuple(arm for arm in IDENTITY_ARMS if arm.name in names | always)
+    return tuple(arm for arm in known if arm.name in names | always)
 
 
 def modes_from_env(modes: tuple[GraphMode, ...]) -> tuple[GraphMode, ...]:

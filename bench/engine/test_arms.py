@@ -12,7 +12,9 @@ from .arms import ARMS, BY_NAME, CONTROLS, IDENTITY_ARMS, STOCK, TIMING_ARMS, Gr
 
 
 def test_arms() -> None:
-    assert ARMS[0] is STOCK and len(BY_NAME) == len(IDENTITY_ARMS) + 3  # + floors, plugin
+    assert ARMS[0] is STOCK
+    # + the floors and the plugin
+    assert len(BY_NAME) == len(IDENTITY_ARMS) + 3 + len(arms.OPT_IN_ARMS)
     assert all(control.control and control.copy is None for control in CONTROLS)
     eager = arms.engine_kwargs("/m", GraphMode.EAGER)
     graphs = arms.engine_kwargs("/m", GraphMode.PIECEWISE, seed=3)
@@ -57,7 +59,8 @@ def test_every_arms_variant_exists() -> None:
     from bench.variants import variant_specs
 
     names = {spec.name for spec in variant_specs()}
-    assert {arm.microbench for arm in TIMING_ARMS} <= names
+    assert {arm.microbench for arm in (*TIMING_ARMS, *arms.OPT_IN_ARMS)} <= names
+    assert {arm.prefetcher for arm in arms.OPT_IN_ARMS} == set(arms.PREFETCHERS)
     assert [BY_NAME[a].microbench for a in ("reset", "reset-randint", "flag-off")] == [
         "reset-current_stream-kernel",
         "reset-geometric-randint",

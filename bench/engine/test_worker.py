@@ -207,12 +207,12 @@ class Worker:
 }
 
 
-@pytest.mark.parametrize("arm", ["control-one-seed", "reset-single"])
+@pytest.mark.parametrize("arm", ["control-one-seed", "reset-single", "reset-outside-graph"])
 def test_each_rank_process_gets_the_arms_environment(arm: str, tmp_path: Path) -> None:
     """A real worker process starts an engine at TP 2 whose ranks are spawned
     processes (a fake vLLM): each rank has NVLink multicast off, the arm's own
     variables and its GPUs, and is set up for the arm (the control's seed path,
-    the variant's drawer and plan) before its model would load."""
+    the variant's drawer and plan, or bench's prefetcher) before its model would load."""
     site = tmp_path / "site"
     for name, text in FAKE_VLLM.items():
         (site / name).parent.mkdir(parents=True, exist_ok=True)
@@ -256,7 +256,9 @@ def test_each_rank_process_gets_the_arms_environment(arm: str, tmp_path: Path) -
         perturbed = "_OneSeedPerturbed" if arm == "control-one-seed" else "NoneType"
         assert seen["ssu_torch"] == perturbed, rank
         variant = {"drawer": chosen.drawer, "sync_plan": chosen.sync_plan}
-        assert seen["prefetcher"] == (variant if chosen.drawer else None), rank
+        if chosen.prefetcher:
+            variant = {"name": chosen.prefetcher}
+        assert seen["prefetcher"] == (variant if chosen.drawer or chosen.prefetcher else None)
 
 
 @pytest.mark.parametrize("k", [0, 3, 7])

@@ -203,13 +203,59 @@ def _use_variant(drawer: str, sync_plan: str | None) -> None:
     )
 
 
+def _bench_prefetcher(prefetch: Any, *, name: str) -> Any:
+    """bench's prefetcher `name` (arms.PREFETCHERS) over the drawer of the SeedPrefetch
+    that the patched vLLM hands its own."""
+    if name == "outside-graph":
+        from bench.outside_graph import outside_graph_prefetcher
+
+        return outside_graph_prefetcher(
+            prefetch.num_seeds, prefetch.device, prefetch.draw, prefetch.owner
+        )
+    from bench.checked_once import checked_once_prefetcher
+
+    return checked_once_prefetcher(
+        prefetch.num_seeds, prefetch.device, prefetch.draw, prefetch.owner
+    )
+
+
+def _live_outside_graph_prefetcher() -> Any:
+    from vllm.model_executor.layers.mamba.ops import ssu_dispatch
+
+    from bench.outside_graph import OutsideGraphPrefetcher
+
+    live = getattr(ssu_dispatch, "_sr_seed_prefetcher", None)
+    return live if isinstance(live, OutsideGraphPrefetcher) else None
+
+
+def _use_prefetcher(name: str) -> None:
+    """The patched vLLM attaches bench's prefetcher `name` in place of its vendored
+    one; for outside-graph under the V2 runner, its FULL replays (which have no
+    runner hook) draw first (bench/engine/outside_graph_v2.py)."""
+    import functools
+
+    from vllm.model_executor.layers.mamba.ops import ssu_dispatch
+
+    if name not in arms.PREFETCHERS:
+        raise ValueError(f"unknown prefetcher {name!r}; known: {arms.PREFETCHERS}")
+    ssu_dispatch.SRSeedPrefetcher = functools.partial(  # type: ignore[misc]
+        _bench_prefetcher, name=name
+    )
+    if name == "outside-graph" and os.environ.get("VLLM_USE_V2_MODEL_RUNNER") == "1":
+        from vllm.v1.worker.gpu import cudagraph_utils
+
+        from .outside_graph_v2 import wrap_v2
+
+        wrap_v2(cudagraph_utils, _live_outside_graph_prefetcher)
+
+
 _PREPARED = False
 
 
 def prepare_rank() -> None:
     """Sets this process up for the arm $SR_ENGINE_ARM names, once: torch's
     deterministic algorithms where $SR_ENGINE_TORCH_DETERMINISTIC asks, the
-    controls' and the floor's seed path, the arm's sync plan.  Run by main
+    controls' and the floor's seed path, the arm's sync plan or prefetcher.  Run by main
     before the engine starts, and by every rank's vLLM worker
     (rank_worker.RankWorker) before its model loads: under TP a rank is a
     process of its own (forked, it has all this already)."""
@@ -227,6 +273,8 @@ def prepare_rank() -> None:
         _replace_ssu_torch(arm.perturb, model.mamba2_layers())
     if arm.drawer is not None:
         _use_variant(arm.drawer, arm.sync_plan)
+    if arm.prefetcher is not None:
+        _use_prefetcher(arm.prefetcher)
     _PREPARED = True
 
 

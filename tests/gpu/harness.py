@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import pytest
 import torch
@@ -40,7 +41,9 @@ class Forward:
 
 
 class Runner:
-    """Runs forwards of `NUM_LAYERS` SSU calls; `design` None is stock."""
+    """Runs forwards of `NUM_LAYERS` SSU calls; `design` None is stock, else "reset",
+    "forward-context", "outside-graph" (bench/outside_graph.py) or "checked-once"
+    (bench/checked_once.py)."""
 
     def __init__(
         self,
@@ -54,7 +57,7 @@ class Runner:
         self.num_layers = num_layers
         self.hooks = BodyFirstForwardHooks()
         self.current: Forward | None = None
-        self.prefetcher: ResetPrefetcherByName | ForwardContextPrefetcherByName | None
+        self.prefetcher: Any
         if design == "reset":
             self.prefetcher = ResetPrefetcherByName(
                 num_layers,
@@ -62,6 +65,18 @@ class Runner:
                 sync_plan=sync_plan,
                 drawer=drawer,
             )
+            self.hooks.register(self.prefetcher)
+        elif design in ("outside-graph", "checked-once"):
+            from bench.checked_once import checked_once_prefetcher
+            from bench.drawers import resolve_drawer
+            from bench.outside_graph import outside_graph_prefetcher
+
+            made = resolve_drawer(drawer)
+            assert made is not None, drawer
+            make = (
+                outside_graph_prefetcher if design == "outside-graph" else checked_once_prefetcher
+            )
+            self.prefetcher = make(num_layers, self.device, made.draw)
             self.hooks.register(self.prefetcher)
         elif design == "forward-context":
             self.prefetcher = ForwardContextPrefetcherByName(

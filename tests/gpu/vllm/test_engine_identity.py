@@ -34,6 +34,7 @@ from bench.engine import compact, model
 from bench.engine.arms import (
     ARMS,
     CONTROLS,
+    OPT_IN_ARMS,
     PLAIN,
     SERVINGS,
     STOCK,
@@ -60,7 +61,7 @@ SAVED = os.environ.get(RECORDS_ENV)
 pytestmark = [] if SAVED else [pytest.mark.gpu]
 
 MIN_DECODE_STEPS = 64
-PATCHED = [arm.name for arm in ARMS if arm not in (STOCK, STOCK_AGAIN)]
+PATCHED = [arm.name for arm in (*ARMS, *OPT_IN_ARMS) if arm not in (STOCK, STOCK_AGAIN)]
 # (mode, serving) of every cell; PLAIN's ids are the mode alone, as before the servings.
 CELLS = [(mode, serving) for serving in SERVINGS for mode in MODES]
 
@@ -251,7 +252,7 @@ def test_engagement_line(identity, runner: Runner) -> None:
     too); off, it says nothing."""
     lines = {
         arm.name: identity["engagement"][f"{arm.name}/{runner.value}"]
-        for arm in ARMS
+        for arm in (*ARMS, *OPT_IN_ARMS)
         if f"{arm.name}/{runner.value}" in identity["engagement"]  # a run of some arms
     }
     if not lines:
@@ -265,6 +266,8 @@ def test_engagement_line(identity, runner: Runner) -> None:
         "reset": reset,
         "reset-single": reset,
         "reset-randint": reset,
+        "reset-outside-graph": reset,
+        "reset-checked-once": reset,
         "forward-context": ("forward-context design", "flashinfer SSU"),
     }
     assert set(expected) == set(PATCHED) - {"flag-off"}

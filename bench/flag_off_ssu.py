@@ -1,0 +1,140 @@
+"""Host µs per SSU call of the seed site, flag off: stock against the patch.
+
+With VLLM_MAMBA_SR_SEED_PREFETCH unset no prefetcher is attached
+(`_sr_seed_prefetcher` is None), and FlashInferSSUBackend.__call__ asks
+`self._next_rand_seed(device)` where stock calls `torch.randint(0, 2**32, (1,),
+device=device)` inline. Timed, per call: stock's inline draw; the landed
+`_next_rand_seed` (vllm_patch/landing/ssu_next_rand_seed.py, run over the module
+state the patch leaves with the flag off); and `INDIRECT`, the same method asking
+ssu_gate's `prefetched_sr_seed()` instead of reading the attribute. Each is timed
+with torch's randint (`real`) and with a stand-in that returns one tensor (`bare`:
+the site's own cost, which randint's ~µs would otherwise bury). CPU only.
+
+    python -m bench.flag_off_ssu [--rounds 60] [--calls 5000] [--out PREFIX]
+
+Interleaved rounds shuffled with a fixed seed, one sample per variant per round
+(the mean over `--calls` calls); medians with 95% bootstrap intervals, IQRs and
+each variant's µs over its stock, paired (bench/flag_off.py's summary).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from . import flag_off, stats
+
+LANDING = Path(__file__).resolve().parents[1] / "vllm_patch" / "landing"
+INDIRECT = """
+def _next_rand_seed(self, device):
+    seed = prefetched_sr_seed()
+    if seed is not None:
+        return seed
+    return torch.randint(0, 2**32, (1,), device=device)
+"""
+"""The method as it landed before it read the attribute directly."""
+
+
+def _functions(path: Path, names: set[str]) -> ast.Module:
+    tree = ast.parse(path.read_text())
+    body = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name in names]
+    return ast.Module(body=body, type_ignores=[])
+
+
+class BareTorch:
+    """torch with a randint that returns one tensor: the site's cost alone."""
+
+    def __init__(self) -> None:
+        self._seed = torch.zeros(1, dtype=torch.int64)
+
+    def randint(self, *args: Any, **kwargs: Any) -> torch.Tensor:
+        return self._seed
+
+
+def backend(torch_module: Any, source: str | ast.Module, filename: str) -> Any:
+    """A FlashInferSSUBackend stand-in with `source`'s _next_rand_seed, over the
+    flag-off module state (prefetched_sr_seed from landing/ssu_gate.py)."""
+    namespace: dict[str, Any] = {"torch": torch_module, "_sr_seed_prefetcher": None}
+    gate = _functions(LANDING / "ssu_gate.py", {"prefetched_sr_seed"})
+    exec(compile(gate, str(LANDING / "ssu_gate.py"), "exec"), namespace)
+    exec(compile(source, filename, "exec"), namespace)
+    return type("FlashInferSSUBackend", (), {"_next_rand_seed": namespace["_next_rand_seed"]})()
+
+
+def variants() -> dict[str, Callable[[torch.device], object]]:
+    landed = _functions(LANDING / "ssu_next_rand_seed.py", {"_next_rand_seed"})
+    table: dict[str, Callable[[torch.device], object]] = {}
+    for kind, torch_module in (("real", torch), ("bare", BareTorch())):
+
+        def stock(device: torch.device, torch_module: Any = torch_module) -> object:
+            return torch_module.randint(0, 2**32, (1,), device=device)
+
+        table[f"stock ({kind})"] = stock
+        table[f"flag-off, landed ({kind})"] = backend(
+            torch_module, landed, str(LANDING / "ssu_next_rand_seed.py")
+        )._next_rand_seed
+        table[f"flag-off, prefetched_sr_seed() ({kind})"] = backend(
+            torch_module, INDIRECT, "INDIRECT"
+        )._next_rand_seed
+    return table
+
+
+def measure(rounds: int, calls: int, seed: int = 0) -> dict[str, list[float]]:
+    """Seconds per call, one sample of every variant per round, shuffled."""
+    table = variants()
+    device = torch.device("cpu")
+    samples: dict[str, list[float]] = {name: [] for name in table}
+    for round_index in range(rounds):
+        order = list(table)
+        stats.seeded_rng(seed, "flag-off-ssu", round_index).shuffle(order)
+        for name in order:
+            call = table[name]
+            began = time.perf_counter_ns()
+            for _ in range(calls):
+                call(device)
+            samples[name].append((time.perf_counter_ns() - began) / calls / 1e9)
+    return samples
+
+
+def summarize(samples: dict[str, list[float]]) -> dict[str, dict[str, Any]]:
+    """flag_off.summarize per kind (real, bare), each against its own stock."""
+    rows: dict[str, dict[str, Any]] = {}
+    for kind in ("real", "bare"):
+        mine = {n: v for n, v in samples.items() if n.endswith(f"({kind})")}
+        keyed = {("stock" if n.startswith("stock") else n): v for n, v in mine.items()}
+        for name, row in flag_off.summarize(keyed).items():
+            rows[f"stock ({kind})" if name == "stock" else name] = row
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=60)
+    parser.add_argument("--calls", type=int, default=5000)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, help="write PREFIX.md and PREFIX.json")
+    args = parser.parse_args(argv)
+    if args.rounds < 1 or args.calls < 1:
+        parser.error("--rounds and --calls must be at least 1")
+    rows = summarize(measure(args.rounds, args.calls, args.seed))
+    command = "python -m bench.flag_off_ssu " + " ".join(argv if argv is not None else sys.argv[1:])
+    text = flag_off.markdown(rows, command.strip()).replace(
+        "per forward at the runner's call site", "per SSU call at the seed site"
+    )
+    if args.out:
+        args.out.with_suffix(".md").write_text(text)
+        args.out.with_suffix(".json").write_text(json.dumps(rows, indent=1) + "\n")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
