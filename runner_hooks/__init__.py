@@ -1,9 +1,9 @@
 """Mamba stochastic-rounding seed prefetchers: what lands in vLLM.
 
 `core` is the reset design's unit and `forward_context` the forward-context design's:
-each is what its vLLM patch vendors.  `hooks` holds the per-forward hooks the model runners
-call.  The bench's choices (drawers by name, sync plans, the variants built from them)
-are bench's: bench/drawers.py, bench/sync.py, bench/variants.py.
+each is what its vLLM patch vendors.  `hooks` holds the per-forward hooks the model
+runners call.  The bench's choices (drawers by name, sync plans, the variants built
+from them) are bench's: bench/drawers.py, bench/sync.py, bench/variants.py.
 """
 
 try:

@@ -491,7 +491,7 @@ def _gating(facts: _Facts) -> list[str]:
         "runners, which torch.compile does not trace, so toggling it keeps the "
         "torch.compile cache and trying it costs no recompilation. The engine test "
         "shows it: on each runner, the engine with the variable set loads the "
-        "graphs the stock engine before it compiled (\"Directly load\" in its log).",
+        'graphs the stock engine before it compiled ("Directly load" in its log).',
         "Flip the default, and drop the variable, once the identity check has passed "
         f"{_joined(flip, 'and')}.",
     ]

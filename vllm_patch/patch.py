@@ -428,9 +428,7 @@ def _added_paths(root: Path) -> list[str]:
             if path.is_file() and "__pycache__" not in path.parts
         )
     paths += [
-        path
-        for path in (*fork_test.PATHS, cmake_lists.SOURCE, BUILT_OP)
-        if (root / path).is_file()
+        path for path in (*fork_test.PATHS, cmake_lists.SOURCE, BUILT_OP) if (root / path).is_file()
     ]
     return paths
 

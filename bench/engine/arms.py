@@ -187,8 +187,9 @@ IDENTITY_ARMS = ARMS + CONTROLS
 PREFETCHERS = ("outside-graph", "checked-once")
 """bench's prefetchers an arm may attach (Arm.prefetcher): bench/outside_graph.py,
 bench/checked_once.py."""
-# The out-of-graph and checked-once arms: run where named (SR_ENGINE_IDENTITY_ARMS, SR_ENGINE_ARMS), by both
-# the identity check and the timing; the committed full runs predate them.
+# The out-of-graph and checked-once arms: run where named (SR_ENGINE_IDENTITY_ARMS,
+# SR_ENGINE_ARMS), by both the identity check and the timing; the committed full runs
+# predate them.
 OPT_IN_ARMS: tuple[Arm, ...] = (
     Arm(
         "reset-outside-graph",

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from vllm_patch import designs, evidence, fork_test, patch, releases, sources, syntax, targets, tree
+from vllm_patch import designs, evidence, fork_test, patch, releases, sources, targets, tree
 from vllm_patch.releases import RELEASES, Design, Site
 from vllm_patch.syntax import apply_all
 

@@ -4,7 +4,6 @@ call, run for real on the CPU (both designs)."""
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import inspect
 import sys
 from collections.abc import Callable, Iterator
