@@ -45,6 +45,21 @@ def save(paths: list[Path], data: dict[str, Any]) -> None:
         os.replace(tmp, path)
 
 
+def committed_text(data: dict[str, Any]) -> str:
+    """The records in their committed form: one line per cell, then the meta."""
+    cells = ",\n".join(
+        f"  {json.dumps(key)}: {json.dumps(cell, sort_keys=True)}"
+        for key, cell in sorted(data["cells"].items())
+    )
+    return (
+        '{"cells": {\n'
+        + cells
+        + '\n },\n "meta": '
+        + json.dumps(data["meta"], sort_keys=True)
+        + "}\n"
+    )
+
+
 def missing(
     cell: dict[str, Any] | None, shapes: tuple[Shape, ...], identity: bool
 ) -> tuple[bool, list[Shape]]:

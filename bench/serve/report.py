@@ -17,7 +17,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from . import judge
+from . import judge, records
 from .records import parse_key
 
 METRICS = (
@@ -137,9 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     text = markdown(data, args.title)
     if args.prefix:
         Path(args.prefix + ".md").write_text(text)
-        Path(args.prefix + ".serve.json").write_text(
-            json.dumps(data, indent=1, sort_keys=True) + "\n"
-        )
+        Path(args.prefix + ".serve.json").write_text(records.committed_text(data))
     print(text, end="")
     return 0
 

@@ -46,3 +46,21 @@ def no_bytecode() -> Iterator[None]:
         del os.environ["PYTHONDONTWRITEBYTECODE"]
     else:
         os.environ["PYTHONDONTWRITEBYTECODE"] = old
+
+
+@pytest.fixture
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty sr-prefetch cache of this test's own ($SR_PREFETCH_CACHE): what `apply`
+    without PATH patches there is not the shared cache's pristine tree."""
+    folder = tmp_path / "cache"
+    folder.mkdir()
+    monkeypatch.setenv("SR_PREFETCH_CACHE", str(folder))
+    return folder
+
+
+@pytest.fixture
+def cuda_torch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """This torch taken for a CUDA build (the build itself is faked where it is used)."""
+    import torch
+
+    monkeypatch.setattr(torch.version, "cuda", "13.0")

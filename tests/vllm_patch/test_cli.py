@@ -27,7 +27,6 @@ from vllm_patch import (
     fork_test,
     gitrepo,
     patch,
-    plugin,
     releases,
     sources,
     syntax,
@@ -78,16 +77,6 @@ def added_paths(design: Design = Design.RESET) -> set[str]:
 def small_tree(pristine: Path, tmp_path: Path) -> Path:
     """The pristine tree's files that sr-prefetch reads or changes, as a git tree."""
     return small_git_copy(pristine, tmp_path / "small")
-
-
-@pytest.fixture
-def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """An empty sr-prefetch cache of this test's own ($SR_PREFETCH_CACHE): what `apply`
-    without PATH patches there is not the shared cache's pristine tree."""
-    folder = tmp_path / "cache"
-    folder.mkdir()
-    monkeypatch.setenv("SR_PREFETCH_CACHE", str(folder))
-    return folder
 
 
 # --- a git tree, both designs -----------------------------------------------------------------
@@ -655,14 +644,6 @@ def test_build_op_refuses_a_tree_without_the_patch(
     assert changed_files(small_tree) == set()
 
 
-@pytest.fixture
-def cuda_torch(monkeypatch: pytest.MonkeyPatch) -> None:
-    """This torch taken for a CUDA build (the build itself is faked where it is used)."""
-    import torch
-
-    monkeypatch.setattr(torch.version, "cuda", "13.0")
-
-
 def test_build_op_builds_runner_hooks_source_as_vllms_extension_and_places_it(
     small_tree: Path,
     cache: Path,
@@ -702,33 +683,6 @@ def test_build_op_builds_runner_hooks_source_as_vllms_extension_and_places_it(
     status, out = run(capsys, "revert", small_tree)
     assert status == 0 and f"removed        {patch.BUILT_OP}" in out, out
     assert changed_files(small_tree) == set()
-
-
-def test_build_op_plugin_places_the_op_where_the_plugin_finds_it(
-    cache: Path,
-    cuda_torch: None,
-    capsys: pytest.CaptureFixture[str],
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """--plugin builds the same library, under the same name and in the same build
-    directory, and places it in the cache (plugin.op_path), changing no vLLM."""
-    from runner_hooks.core import seed_kernel
-
-    def build_library(caps, *, name=None, build_directory=None):  # type: ignore[no-untyped-def]
-        library = build_directory / f"{name}.so"
-        library.write_bytes(b"\x7fELF the library")
-        return library
-
-    monkeypatch.setattr(seed_kernel, "build_library", build_library)
-    status, out = run(capsys, "build-op", "--plugin", "--arch", "9.0")
-    assert status == 0, out
-    placed = plugin.op_path()
-    assert placed is not None and placed.read_bytes() == b"\x7fELF the library"
-    assert placed.parent.parent == cache / "plugin-op"
-    directory = cache / "build-op" / seed_kernel.build_name([(9, 0)])
-    assert f"Built {directory / '_mamba_sr_C.so'} and placed it as {placed}" in out, out
-    status, out = run(capsys, "status", "--installed")
-    assert status == 0 and f"seed op built ({placed})" in out, out
 
 
 def test_a_placed_library_without_the_design_is_a_leftover(

@@ -413,3 +413,30 @@ def test_the_op_is_named_by_torch_even_without_its_metadata(
 
     monkeypatch.setattr(importlib.metadata, "version", missing)
     assert plugin.torch_version() == str(torch.__version__) == with_metadata
+
+
+def test_build_op_plugin_places_the_op_where_the_plugin_finds_it(
+    cache: Path,
+    cuda_torch: None,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """--plugin builds the same library, under the same name and in the same build
+    directory, and places it in the cache (plugin.op_path), changing no vLLM."""
+    from runner_hooks.core import seed_kernel
+
+    def build_library(caps, *, name=None, build_directory=None):  # type: ignore[no-untyped-def]
+        library = build_directory / f"{name}.so"
+        library.write_bytes(b"\x7fELF the library")
+        return library
+
+    monkeypatch.setattr(seed_kernel, "build_library", build_library)
+    status, out = run(capsys, "build-op", "--plugin", "--arch", "9.0")
+    assert status == 0, out
+    placed = plugin.op_path()
+    assert placed is not None and placed.read_bytes() == b"\x7fELF the library"
+    assert placed.parent.parent == cache / "plugin-op"
+    directory = cache / "build-op" / seed_kernel.build_name([(9, 0)])
+    assert f"Built {directory / '_mamba_sr_C.so'} and placed it as {placed}" in out, out
+    status, out = run(capsys, "status", "--installed")
+    assert status == 0 and f"seed op built ({placed})" in out, out
