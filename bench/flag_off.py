@@ -182,12 +182,16 @@ def summarize(samples: dict[str, list[float]]) -> dict[str, dict[str, Any]]:
     return rows
 
 
-def markdown(rows: dict[str, dict[str, Any]], command: str) -> str:
+def markdown(
+    rows: dict[str, dict[str, Any]],
+    command: str,
+    per: str = "per forward at the runner's call site",
+) -> str:
     def interval(values: list[float] | None) -> str:
         return "n/a" if not values else f"[{values[0]:.3f}, {values[1]:.3f}]"
 
     lines = [
-        f"# Host µs per forward at the runner's call site, flag off ({platform.node() or 'host'})",
+        f"# Host µs {per}, flag off ({platform.node() or 'host'})",
         "",
         f"`{command}`; Python {platform.python_version()}, {platform.machine()}.",
         "",
@@ -208,23 +212,46 @@ def markdown(rows: dict[str, dict[str, Any]], command: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def cli(
+    argv: list[str] | None,
+    module: str,
+    count: str,
+    default: int,
+    measure: Callable[[int, int, int], dict[str, list[float]]],
+    summarize: Callable[[dict[str, list[float]]], dict[str, dict[str, Any]]],
+    per: str,
+    description: str,
+) -> int:
+    """The command line of a flag-off bench: interleaved rounds, one table, PREFIX.md/json."""
+    parser = argparse.ArgumentParser(prog=f"python -m {module}", description=description)
     parser.add_argument("--rounds", type=int, default=60)
-    parser.add_argument("--forwards", type=int, default=2000)
+    parser.add_argument(f"--{count}", type=int, default=default)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, help="write PREFIX.md and PREFIX.json")
     args = parser.parse_args(argv)
-    if args.rounds < 1 or args.forwards < 1:
-        parser.error("--rounds and --forwards must be at least 1")
-    rows = summarize(measure(args.rounds, args.forwards, args.seed))
-    command = "python -m bench.flag_off " + " ".join(argv if argv is not None else sys.argv[1:])
-    text = markdown(rows, command.strip())
+    if args.rounds < 1 or getattr(args, count) < 1:
+        parser.error(f"--rounds and --{count} must be at least 1")
+    rows = summarize(measure(args.rounds, getattr(args, count), args.seed))
+    command = f"python -m {module} " + " ".join(argv if argv is not None else sys.argv[1:])
+    text = markdown(rows, command.strip(), per)
     if args.out:
         args.out.with_suffix(".md").write_text(text)
         args.out.with_suffix(".json").write_text(json.dumps(rows, indent=1) + "\n")
     print(text)
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return cli(
+        argv,
+        "bench.flag_off",
+        "forwards",
+        2000,
+        measure,
+        summarize,
+        "per forward at the runner's call site",
+        __doc__.splitlines()[0],
+    )
 
 
 if __name__ == "__main__":

@@ -19,10 +19,7 @@ each variant's µs over its stock, paired (bench/flag_off.py's summary).
 
 from __future__ import annotations
 
-import argparse
 import ast
-import json
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -116,24 +113,16 @@ def summarize(samples: dict[str, list[float]]) -> dict[str, dict[str, Any]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=60)
-    parser.add_argument("--calls", type=int, default=5000)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=Path, help="write PREFIX.md and PREFIX.json")
-    args = parser.parse_args(argv)
-    if args.rounds < 1 or args.calls < 1:
-        parser.error("--rounds and --calls must be at least 1")
-    rows = summarize(measure(args.rounds, args.calls, args.seed))
-    command = "python -m bench.flag_off_ssu " + " ".join(argv if argv is not None else sys.argv[1:])
-    text = flag_off.markdown(rows, command.strip()).replace(
-        "per forward at the runner's call site", "per SSU call at the seed site"
+    return flag_off.cli(
+        argv,
+        "bench.flag_off_ssu",
+        "calls",
+        5000,
+        measure,
+        summarize,
+        "per SSU call at the seed site",
+        __doc__.splitlines()[0],
     )
-    if args.out:
-        args.out.with_suffix(".md").write_text(text)
-        args.out.with_suffix(".json").write_text(json.dumps(rows, indent=1) + "\n")
-    print(text)
-    return 0
 
 
 if __name__ == "__main__":

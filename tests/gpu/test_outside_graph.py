@@ -31,20 +31,7 @@ def make_runner(request: pytest.FixtureRequest) -> Callable[..., Runner]:
     return make
 
 
-@pytest.mark.parametrize(
-    "script",
-    [
-        scripts.test_eager_forwards,
-        scripts.test_calls_beyond_n_draw_inline_after_the_prefetched_seeds,
-        scripts.test_calls_outside_any_forward,
-        scripts.test_prefill_only_forwards_interleaved_with_decodes,
-        scripts.test_micro_batched_forwards_fall_back_to_stock,
-        scripts.test_eager_forwards_and_graphs_of_several_batch_sizes_sharing_a_pool,
-        scripts.test_slow_consumers_read_their_own_seeds_while_later_draws_are_scheduled,
-        scripts.test_consecutive_forwards_on_alternating_streams,
-    ],
-    ids=lambda test: test.__name__.removeprefix("test_"),
-)
+@pytest.mark.parametrize("script", scripts.SCRIPTS, ids=scripts.script_name)
 def test_the_reset_designs_identity_tests(make_runner, script) -> None:
     script(make_runner)
 

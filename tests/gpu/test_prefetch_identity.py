@@ -268,3 +268,21 @@ def test_the_stream_test_catches_draws_without_the_handover() -> None:
 
     with pytest.raises(AssertionError, match="record"):
         assert_same_seeds(*run_both(alternating_streams, make))
+
+
+SCRIPTS = (
+    test_eager_forwards,
+    test_calls_beyond_n_draw_inline_after_the_prefetched_seeds,
+    test_calls_outside_any_forward,
+    test_prefill_only_forwards_interleaved_with_decodes,
+    test_micro_batched_forwards_fall_back_to_stock,
+    test_eager_forwards_and_graphs_of_several_batch_sizes_sharing_a_pool,
+    test_slow_consumers_read_their_own_seeds_while_later_draws_are_scheduled,
+    test_consecutive_forwards_on_alternating_streams,
+)
+"""The scripts above that take any prefetcher's make_runner: bench's prefetchers
+(tests/gpu/test_outside_graph.py, test_checked_once.py) run them as they are."""
+
+
+def script_name(script) -> str:
+    return script.__name__.removeprefix("test_")
