@@ -1,5 +1,5 @@
 """The reset design with its eager guarantees checked once per forward, not once per
-SSU call (issue 34): the capture check and the stream check run at a forward's
+SSU call: the capture check and the stream check run at a forward's
 first seed and again at its last, and the calls between only index the batch.
 
 The guarantees, and why these two checks keep them:

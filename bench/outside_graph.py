@@ -1,6 +1,6 @@
 """The reset design with no RNG inside any graph: each forward's N seeds are drawn
 eagerly as its hook fires, before a capture and before a replay alike, into one
-persistent buffer that every captured graph reads (issue 34).
+persistent buffer that every captured graph reads.
 
 Identity with stock, value by value and in the generator's advance (torch's
 CUDAGeneratorImpl: a draw of numel 1 reserves 4 Philox offsets; under capture it
