@@ -129,8 +129,9 @@ def per_user(result: dict[str, Any]) -> list[float]:
 
 
 def summary(result: dict[str, Any]) -> dict[str, Any]:
-    """The kept figures of one result JSON, plus tok/s per user (p50, mean) and the
-    chunks per request (a streamed chunk holds each verify step's accepted tokens)."""
+    """The kept figures of one result JSON, plus tok/s per user (p50, mean), the
+    chunks per request (a streamed chunk holds each verify step's accepted tokens) and
+    each request's median ITL."""
     kept = {name: result[name] for name in KEPT if name in result}
     rates = per_user(result)
     if rates:
@@ -139,6 +140,11 @@ def summary(result: dict[str, Any]) -> dict[str, Any]:
     chunks = [len(gaps) + 1 for gaps in result.get("itls", [])]
     if chunks:
         kept["mean_chunks_per_request"] = statistics.fmean(chunks)
+    medians = [statistics.median(gaps) * 1000 for gaps in result.get("itls", []) if gaps]
+    if medians:
+        # Per request, in order: a server whose steps change pace between requests
+        # shows it here, where the pooled percentiles hide it.
+        kept["request_median_itl_ms"] = [round(m, 3) for m in medians]
     errors = [e for e in result.get("errors", []) if e]
     if errors:
         kept["first_error"] = errors[0][:500]

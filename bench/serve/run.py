@@ -24,7 +24,7 @@ from bench.engine.arms import Arm, Runner
 from bench.engine.client import sites_from_env
 from bench.engine.session import site_vllm_version
 
-from . import bench_client, identity, model_dir, records, server
+from . import bench_client, gpu_clocks, identity, model_dir, records, server
 from .envs import RESUME_ENV
 from .settings import CONTROL, Settings, Shape, from_env
 
@@ -207,8 +207,11 @@ class Run:
             f"{shape.num_prompts} requests)"
         )
         try:
-            self.client(arguments)
+            with gpu_clocks.Sampler(result.with_suffix(".gpu.csv")) as gpus:
+                self.client(arguments)
             kept = bench_client.summary(json.loads(result.read_text()))
+            if gpus.summary():
+                kept["gpus"] = gpus.summary()
             bench_client.check(shape, kept)
         except Exception as error:
             cell.setdefault("errors", []).append(

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ from bench.engine.arms import Runner
 from . import (
     bench_client,
     cpu_fakes,
+    gpu_clocks,
     identity,
     judge,
     model_dir,
@@ -304,3 +306,29 @@ def test_the_sites_must_name_every_arms_copy() -> None:
         run.check_sites(_settings(), {"stock": "/a", "reset": "/b"})
     with pytest.raises(run.SitesMissing):
         run.check_sites(_settings(), None)
+
+
+def test_gpu_samples_are_summarized_per_gpu_and_field(tmp_path: Path) -> None:
+    text = (
+        "0, 1980, 3201, 450.5, 51, 97\n0, 1755, 3201, 690.0, 55, 99\n"
+        "bad line\n1, [N/A], 1, 1, 1, 1\n"
+    )
+    summary = gpu_clocks.summarize(text)
+    assert list(summary) == ["0"]
+    assert summary["0"]["clocks.sm"] == {"min": 1755, "median": 1867.5, "max": 1980, "n": 2}
+    # Where the sampler's command is not on this machine, it samples nothing.
+    with gpu_clocks.Sampler(tmp_path / "gpu.csv", ["no-such-nvidia-smi"]) as sampler:
+        pass
+    assert sampler.summary() == {}
+    # A command that prints samples is read back after the block.
+    argv = [sys.executable, "-c", f"print({text.splitlines()[0]!r}); import time; time.sleep(30)"]
+    with gpu_clocks.Sampler(tmp_path / "gpu.csv", argv) as sampler:
+        deadline = time.monotonic() + 20
+        while not (tmp_path / "gpu.csv").read_text() and time.monotonic() < deadline:
+            time.sleep(0.05)
+    assert sampler.summary()["0"]["power.draw"]["max"] == 450.5
+
+
+def test_the_summary_keeps_each_requests_median_itl() -> None:
+    result = {"itls": [[0.008, 0.009, 0.010], [0.014, 0.013]], "output_lens": [4, 3]}
+    assert bench_client.summary(result)["request_median_itl_ms"] == [9.0, 13.5]
