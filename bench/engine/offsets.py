@@ -1,0 +1,94 @@
+"""How far apart two engines of the same work run, read from committed timing records:
+what one engine per arm can and cannot resolve.
+
+Per record, runner and batch size, from each arm's median GPU time per step (a graph
+replay for decode steps and MTP verify iterations, forward-gpu for mixed steps), in µs:
+
+- stock-again - stock: the same code in two engines;
+- floor - floor-rng: the floor runs strictly less than floor-rng (no draw at all, against
+  one draw and the replay prologue), so where it comes out slower, two engines sit
+  at least that far apart;
+- reset - floor-rng, reset - floor: the default's distance from each floor.
+
+    python -m bench.engine.offsets bench/results/*.timing.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+PAIRS = (
+    ("stock-again", "stock"),
+    ("floor", "floor-rng"),
+    ("reset", "floor-rng"),
+    ("reset", "floor"),
+)
+
+
+def metric(record: dict[str, Any]) -> str:
+    """forward_gpu_s where the record's samples have it (mixed steps), else replay_s."""
+    for runner in record["runners"].values():
+        for arms in runner["samples"].values():
+            for samples in arms.values():
+                if any("forward_gpu_s" in s for s in samples):
+                    return "forward_gpu_s"
+    return "replay_s"
+
+
+def medians(arms: dict[str, list[dict[str, Any]]], name: str) -> dict[str, float]:
+    """Each arm's median of `name` over its good samples, in µs."""
+    out = {}
+    for arm, samples in arms.items():
+        values = [s[name] for s in samples if s.get("ok", True) and s.get(name) is not None]
+        if values:
+            out[arm] = statistics.median(values) * 1e6
+    return out
+
+
+def rows(record: dict[str, Any]) -> list[tuple[str, str, dict[str, float | None]]]:
+    """(runner, batch size, {"a - b": µs or None where an arm is missing}) per cell."""
+    name = metric(record)
+    out = []
+    for runner, data in record["runners"].items():
+        for bs in sorted(data["samples"], key=int):
+            m = medians(data["samples"][bs], name)
+            out.append(
+                (
+                    runner,
+                    bs,
+                    {f"{a} - {b}": (m[a] - m[b]) if a in m and b in m else None for a, b in PAIRS},
+                )
+            )
+    return out
+
+
+def markdown(paths: Sequence[Path]) -> str:
+    lines = [
+        "| record | metric | runner | BS | " + " | ".join(f"{a} - {b}" for a, b in PAIRS) + " |",
+        "| --- | --- | --- | ---: | " + " | ".join("---:" for _ in PAIRS) + " |",
+    ]
+    for path in paths:
+        record = json.loads(Path(path).read_text())
+        name = metric(record).removesuffix("_s").replace("_", "-")
+        for runner, bs, diffs in rows(record):
+            cells = ["-" if v is None else f"{v:+.1f}" for v in diffs.values()]
+            stem = Path(path).name.removesuffix(".timing.json")
+            lines.append(f"| {stem} | {name} | {runner} | {bs} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("records", nargs="+", type=Path)
+    args = parser.parse_args(argv)
+    print(markdown(sorted(args.records)), end="")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
