@@ -10,7 +10,13 @@ replay for decode steps and MTP verify iterations, forward-gpu for mixed steps),
   at least that far apart;
 - reset - floor-rng, reset - floor: the default's distance from each floor.
 
+And, from identity records (`--starts`), each engine's start in seconds (the worker's
+engine construction: compile, graph capture and, for the reset copy, the seed op's
+import), per cell, arms in name order. The identity check starts stock's engine of a
+cell first and the other arms' engines side by side after it.
+
     python -m bench.engine.offsets bench/results/*.timing.json
+    python -m bench.engine.offsets --starts bench/results/NAME.identity.json
 """
 
 from __future__ import annotations
@@ -82,11 +88,29 @@ def markdown(paths: Sequence[Path]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def starts_markdown(paths: Sequence[Path]) -> str:
+    """Per identity record, runner and mode: each arm's engine start (s)."""
+    lines = ["| record | runner | mode | engine starts (s) |", "| --- | --- | --- | --- |"]
+    for path in paths:
+        cells: dict[tuple[str, str], list[str]] = {}
+        for key, runs in json.loads(Path(path).read_text())["records"].items():
+            if key.count("/") != 2:  # a serving configuration's cell
+                continue
+            arm, runner, mode = key.split("/")
+            for run in runs:
+                cells.setdefault((runner, mode), []).append(f"{arm} {run['start_s']:.1f}")
+        stem = Path(path).name.removesuffix(".identity.json")
+        for (runner, mode), arms in sorted(cells.items()):
+            lines.append(f"| {stem} | {runner} | {mode} | {', '.join(arms)} |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("records", nargs="+", type=Path)
+    parser.add_argument("--starts", action="store_true", help="engine starts of identity records")
     args = parser.parse_args(argv)
-    print(markdown(sorted(args.records)), end="")
+    print((starts_markdown if args.starts else markdown)(sorted(args.records)), end="")
     return 0
 
 
