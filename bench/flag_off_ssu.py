@@ -4,9 +4,9 @@ With VLLM_MAMBA_SR_SEED_PREFETCH unset no prefetcher is attached
 (`_sr_seed_prefetcher` is None), and FlashInferSSUBackend.__call__ asks
 `self._next_rand_seed(device)` where stock calls `torch.randint(0, 2**32, (1,),
 device=device)` inline. Timed, per call: stock's inline draw; the landed
-`_next_rand_seed` (vllm_patch/landing/ssu_next_rand_seed.py, run over the module
-state the patch leaves with the flag off); and `INDIRECT`, the same method asking
-ssu_gate's `prefetched_sr_seed()` instead of reading the attribute. Each is timed
+`_next_rand_seed` (vllm_patch/landing/ssu_next_rand_seed.py, which asks ssu_gate's
+`prefetched_sr_seed()`, run over the module state the patch leaves with the flag off);
+and `DIRECT`, the same method reading `_sr_seed_prefetcher` itself. Each is timed
 with torch's randint (`real`) and with a stand-in that returns one tensor (`bare`:
 the site's own cost, which randint's ~µs would otherwise bury). CPU only.
 
@@ -30,14 +30,16 @@ import torch
 from . import flag_off, stats
 
 LANDING = Path(__file__).resolve().parents[1] / "vllm_patch" / "landing"
-INDIRECT = """
+DIRECT = """
 def _next_rand_seed(self, device):
-    seed = prefetched_sr_seed()
-    if seed is not None:
-        return seed
+    prefetcher = _sr_seed_prefetcher
+    if prefetcher is not None:
+        seed = prefetcher.next_seed()
+        if seed is not None:
+            return seed
     return torch.randint(0, 2**32, (1,), device=device)
 """
-"""The method as it landed before it read the attribute directly."""
+"""The method reading the attribute itself: one function call less than the landed one."""
 
 
 def _functions(path: Path, names: set[str]) -> ast.Module:
@@ -78,8 +80,8 @@ def variants() -> dict[str, Callable[[torch.device], object]]:
         table[f"flag-off, landed ({kind})"] = backend(
             torch_module, landed, str(LANDING / "ssu_next_rand_seed.py")
         )._next_rand_seed
-        table[f"flag-off, prefetched_sr_seed() ({kind})"] = backend(
-            torch_module, INDIRECT, "INDIRECT"
+        table[f"flag-off, attribute read ({kind})"] = backend(
+            torch_module, DIRECT, "DIRECT"
         )._next_rand_seed
     return table
 

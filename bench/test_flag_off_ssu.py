@@ -51,7 +51,7 @@ def test_the_timed_method_is_the_landed_one_and_draws_as_stock() -> None:
         "landed",
     )
     code = landed._next_rand_seed.__code__
-    assert code.co_filename == "landed" and "_sr_seed_prefetcher" in code.co_names
+    assert code.co_filename == "landed" and "prefetched_sr_seed" in code.co_names
     torch.manual_seed(3)
     expected = torch.randint(0, 2**32, (1,))
     torch.manual_seed(3)

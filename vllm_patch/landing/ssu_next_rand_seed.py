@@ -4,11 +4,7 @@
 
 def _next_rand_seed(self, device: torch.device) -> torch.Tensor:
     """This call's seed: the prefetched one, else drawn inline as stock."""
-    # The attribute itself, not prefetched_sr_seed(): with the flag off this is
-    # every SSU call's whole added cost (bench/flag_off_ssu.py).
-    prefetcher = _sr_seed_prefetcher
-    if prefetcher is not None:
-        seed = prefetcher.next_seed()
-        if seed is not None:
-            return seed
+    seed = prefetched_sr_seed()
+    if seed is not None:
+        return seed
     return torch.randint(0, 2**32, (1,), device=device)
