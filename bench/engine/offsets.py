@@ -16,7 +16,7 @@ import), per cell, arms in name order. The identity check starts stock's engine 
 cell first and the other arms' engines side by side after it.
 
     python -m bench.engine.offsets bench/results/*.timing.json
-    python -m bench.engine.offsets --starts bench/results/NAME.identity.json
+    python -m bench.engine.offsets --starts bench/results/engine-nvidia-h200-20261203*.identity.json
 """
 
 from __future__ import annotations
