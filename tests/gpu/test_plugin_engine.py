@@ -30,15 +30,15 @@ import pytest
 from bench.engine import model
 from bench.engine.arms import CONTROLS, PLUGIN, STOCK, STOCK_AGAIN, GraphMode, Perturb, Runner
 from bench.engine.identity import key, run
-from bench.engine.report import compact_record, first_difference, rank_states
+from bench.engine.report import compact_record, rank_states
 from bench.engine.session import SKIP_REASON, Settings
+from bench.engine.verdicts import assert_identical, differing_ranks
 from vllm_patch import plugin, releases, tree
 
 pytestmark = [pytest.mark.gpu]
 
 CONTROL = next(arm for arm in CONTROLS if arm.perturb is Perturb.ONE_SEED)
 MODES = (GraphMode.EAGER, GraphMode.FULL_AND_PIECEWISE)
-MIN_DECODE_STEPS = 64
 
 
 @pytest.fixture(scope="module")
@@ -68,25 +68,6 @@ def record(identity: dict[str, Any], arm: str, runner: Runner, mode: GraphMode) 
     if "error" in got:
         pytest.fail(f"{cell} did not run: {got['error']}", pytrace=False)
     return got if "tokens_sha256" in got else compact_record(got)
-
-
-def differing_ranks(stock: dict, got: dict) -> dict[int, int | None]:
-    """rank -> the first engine step its SSM state differs from stock's (None: only the
-    final bytes do), for every rank whose state differs."""
-    differ = {}
-    for a, b in zip(rank_states(stock), rank_states(got), strict=True):
-        step = first_difference(a["fingerprints"], b["fingerprints"])
-        if step is not None or a["state_sha256"] != b["state_sha256"]:
-            differ[a["rank"]] = step
-    return differ
-
-
-def assert_identical(stock: dict, got: dict) -> None:
-    assert stock["decode_steps"] >= MIN_DECODE_STEPS, stock["decode_steps"]
-    differ = differing_ranks(stock, got)
-    assert not differ, f"the SSM state differs from stock's (rank: from engine step) {differ}"
-    assert got["tokens_sha256"] == stock["tokens_sha256"], "token ids differ"
-    assert got["logprobs_sha256"] == stock["logprobs_sha256"], "logprobs differ"
 
 
 cells = pytest.mark.parametrize("mode", MODES, ids=lambda m: m.value)

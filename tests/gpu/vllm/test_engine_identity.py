@@ -55,12 +55,12 @@ from bench.engine.session import (
     SKIP_REASON,
     Settings,
 )
+from bench.engine.verdicts import assert_identical, differing_ranks, ranks_of
 from bench.engine.worker import SHARED_PREFIX_REQUESTS
 
 SAVED = os.environ.get(RECORDS_ENV)
 pytestmark = [] if SAVED else [pytest.mark.gpu]
 
-MIN_DECODE_STEPS = 64
 PATCHED = [arm.name for arm in (*ARMS, *OPT_IN_ARMS) if arm not in (STOCK, STOCK_AGAIN)]
 # (mode, serving) of every cell; PLAIN's ids are the mode alone, as before the servings.
 CELLS = [(mode, serving) for serving in SERVINGS for mode in MODES]
@@ -114,35 +114,6 @@ def record(
         ranks = [state["rank"] for state in rank_states(got)]
         assert ranks == list(range(identity["tp"])), f"{cell}: states of ranks {ranks}"
     return got
-
-
-def ranks_of(stock: dict, got: dict) -> list[tuple[int, dict, dict]]:
-    """(rank, stock's state, got's state) for every TP rank, both records having
-    the same ranks."""
-    mine, theirs = rank_states(stock), rank_states(got)
-    assert [s["rank"] for s in theirs] == [s["rank"] for s in mine], "not the same TP ranks"
-    return [(a["rank"], a, b) for a, b in zip(mine, theirs, strict=True)]
-
-
-def differing_ranks(stock: dict, got: dict) -> dict[int, int | None]:
-    """rank -> the first engine step its SSM state differs from stock's (None:
-    only the final bytes do), for every rank whose state differs."""
-    differ = {}
-    for rank, a, b in ranks_of(stock, got):
-        step = first_difference(a["fingerprints"], b["fingerprints"])
-        if step is not None or a["state_sha256"] != b["state_sha256"]:
-            differ[rank] = step
-    return differ
-
-
-def assert_identical(stock: dict, got: dict) -> None:
-    assert stock["decode_steps"] >= MIN_DECODE_STEPS, stock["decode_steps"]
-    differ = differing_ranks(stock, got)
-    assert not differ, f"the SSM state differs from stock's (rank: from engine step) {differ}"
-    assert got["tokens_sha256"] == stock["tokens_sha256"], "token ids differ"
-    assert got["logprobs_sha256"] == stock["logprobs_sha256"], "logprobs differ"
-    for name in ("cached_tokens", "counters"):  # records of runs with the servings
-        assert got.get(name) == stock.get(name), f"{name} differ"
 
 
 def judged_stock(
