@@ -208,6 +208,8 @@ OPT_IN_ARMS: tuple[Arm, ...] = (
         prefetcher="checked-once",
     ),
 )
+TIMING_OPT_IN_ARMS = (*OPT_IN_ARMS, PLUGIN)
+"""The arms the timing measures only where SR_ENGINE_ARMS names them."""
 BY_NAME = {arm.name: arm for arm in (*IDENTITY_ARMS, FLOOR, FLOOR_RNG, PLUGIN, *OPT_IN_ARMS)}
 
 # What two processes of the same code need to compute the same bits: the

@@ -27,12 +27,12 @@ from . import compact as compact_module
 from . import timing as timing_module
 from .arms import (
     IDENTITY_ARMS,
-    OPT_IN_ARMS,
     PLAIN,
     SERVING_BY_NAME,
     SERVINGS,
     STOCK,
     TIMING_ARMS,
+    TIMING_OPT_IN_ARMS,
     GraphMode,
     Runner,
 )
@@ -268,7 +268,7 @@ def predictions(summary: list[dict[str, Any]]) -> dict[tuple[str, int], float]:
     }
     return {
         (arm.name, bs): medians["stock", bs] - medians[arm.microbench, bs]
-        for arm in (*TIMING_ARMS, *OPT_IN_ARMS)
+        for arm in (*TIMING_ARMS, *TIMING_OPT_IN_ARMS)
         for (variant, bs) in medians
         if variant == "stock" and (arm.microbench, bs) in medians
     }

@@ -28,6 +28,7 @@ from .arms import (
     STOCK,
     STOCK_AGAIN,
     TIMING_ARMS,
+    TIMING_OPT_IN_ARMS,
     Arm,
     GraphMode,
     Runner,
@@ -142,9 +143,9 @@ def _names_from_env(env: str, known: set[str], arms: bool = False) -> set[str] |
 
 def timing_arms_from_env() -> tuple[Arm, ...]:
     """The timing's arms named in SR_ENGINE_ARMS, in TIMING_ARMS' order, then
-    OPT_IN_ARMS' (run only where named); stock
+    TIMING_OPT_IN_ARMS' (run only where named); stock
     (every saving's base) is measured whether named or not."""
-    known = (*TIMING_ARMS, *OPT_IN_ARMS)
+    known = (*TIMING_ARMS, *TIMING_OPT_IN_ARMS)
     names = _names_from_env(ARMS_ENV, {arm.name for arm in known}, arms=True)
     if names is None:
         return TIMING_ARMS

@@ -40,6 +40,9 @@ def test_the_timing_can_measure_some_arms(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setenv(session.ARMS_ENV, "reset-single,floor")
     chosen = [arm.name for arm in session.timing_arms_from_env()]
     assert chosen == ["stock", "reset-single", "floor"]  # stock always, in order
+    monkeypatch.setenv(session.ARMS_ENV, "plugin,reset-outside-graph")
+    chosen = [arm.name for arm in session.timing_arms_from_env()]
+    assert chosen == ["stock", "reset-outside-graph", "plugin"]  # opt-in arms where named
     monkeypatch.delenv(session.ARMS_ENV)
     assert session.timing_arms_from_env() == TIMING_ARMS
 
