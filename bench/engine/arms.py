@@ -208,8 +208,9 @@ OPT_IN_ARMS: tuple[Arm, ...] = (
         prefetcher="checked-once",
     ),
 )
-TIMING_OPT_IN_ARMS = (*OPT_IN_ARMS, PLUGIN)
-"""The arms the timing measures only where SR_ENGINE_ARMS names them."""
+NAMED_ONLY_ARMS = (*OPT_IN_ARMS, PLUGIN)
+"""The arms the timing and the identity run only where SR_ENGINE_ARMS or
+SR_ENGINE_IDENTITY_ARMS names them: the opt-in prefetchers and the plugin."""
 BY_NAME = {arm.name: arm for arm in (*IDENTITY_ARMS, FLOOR, FLOOR_RNG, PLUGIN, *OPT_IN_ARMS)}
 
 # What two processes of the same code need to compute the same bits: the

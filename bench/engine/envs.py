@@ -71,7 +71,7 @@ VARIABLES: tuple[Variable, ...] = (
         ARMS_ENV,
         "all of arms.TIMING_ARMS",
         "stock,floor,...: the arms the timing measures; stock is always among them "
-        "(older names, compact.RENAMES, are taken too); arms.TIMING_OPT_IN_ARMS run "
+        "(older names, compact.RENAMES, are taken too); arms.NAMED_ONLY_ARMS run "
         "only where named",
         "session.py",
     ),

@@ -32,7 +32,7 @@ from .arms import (
     SERVINGS,
     STOCK,
     TIMING_ARMS,
-    TIMING_OPT_IN_ARMS,
+    NAMED_ONLY_ARMS,
     GraphMode,
     Runner,
 )
@@ -268,7 +268,7 @@ def predictions(summary: list[dict[str, Any]]) -> dict[tuple[str, int], float]:
     }
     return {
         (arm.name, bs): medians["stock", bs] - medians[arm.microbench, bs]
-        for arm in (*TIMING_ARMS, *TIMING_OPT_IN_ARMS)
+        for arm in (*TIMING_ARMS, *NAMED_ONLY_ARMS)
         for (variant, bs) in medians
         if variant == "stock" and (arm.microbench, bs) in medians
     }

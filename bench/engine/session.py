@@ -21,14 +21,13 @@ from . import model
 from .arms import (
     BATCH_SIZES,
     IDENTITY_ARMS,
-    OPT_IN_ARMS,
     PLAIN,
     SERVING_BY_NAME,
     SERVINGS,
     STOCK,
     STOCK_AGAIN,
     TIMING_ARMS,
-    TIMING_OPT_IN_ARMS,
+    NAMED_ONLY_ARMS,
     Arm,
     GraphMode,
     Runner,
@@ -143,9 +142,9 @@ def _names_from_env(env: str, known: set[str], arms: bool = False) -> set[str] |
 
 def timing_arms_from_env() -> tuple[Arm, ...]:
     """The timing's arms named in SR_ENGINE_ARMS, in TIMING_ARMS' order, then
-    TIMING_OPT_IN_ARMS' (run only where named); stock
+    NAMED_ONLY_ARMS' (run only where named); stock
     (every saving's base) is measured whether named or not."""
-    known = (*TIMING_ARMS, *TIMING_OPT_IN_ARMS)
+    known = (*TIMING_ARMS, *NAMED_ONLY_ARMS)
     names = _names_from_env(ARMS_ENV, {arm.name for arm in known}, arms=True)
     if names is None:
         return TIMING_ARMS
@@ -154,9 +153,10 @@ def timing_arms_from_env() -> tuple[Arm, ...]:
 
 def identity_arms_from_env() -> tuple[Arm, ...]:
     """The identity run's arms named in SR_ENGINE_IDENTITY_ARMS, in IDENTITY_ARMS'
-    order, then OPT_IN_ARMS' (run only where named); stock and stock-again (the
-    positive control) run whether named or not."""
-    known = (*IDENTITY_ARMS, *OPT_IN_ARMS)
+    order, then NAMED_ONLY_ARMS' (run only where named; the plugin's cells are
+    judged by tests/gpu/test_plugin_engine.py); stock and stock-again (the positive
+    control) run whether named or not."""
+    known = (*IDENTITY_ARMS, *NAMED_ONLY_ARMS)
     names = _names_from_env(IDENTITY_ARMS_ENV, {arm.name for arm in known}, arms=True)
     if names is None:
         return IDENTITY_ARMS

@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from .arms import BATCH_SIZES, TIMING_ARMS, TIMING_OPT_IN_ARMS, Runner
+from .arms import BATCH_SIZES, TIMING_ARMS, NAMED_ONLY_ARMS, Runner
 from .session import SKIP_REASON, Settings, close_all
 from .timing import FIGURES, Plan, run
 
@@ -49,7 +49,7 @@ def timing() -> Iterator[dict[str, Any]]:
 
 @pytest.mark.parametrize("bs", BATCH_SIZES)
 @pytest.mark.parametrize("runner", list(Runner), ids=lambda r: r.value)
-@pytest.mark.parametrize("arm", [arm.name for arm in (*TIMING_ARMS, *TIMING_OPT_IN_ARMS)])
+@pytest.mark.parametrize("arm", [arm.name for arm in (*TIMING_ARMS, *NAMED_ONLY_ARMS)])
 def test_decode_step(benchmark, timing, arm: str, runner: Runner, bs: int) -> None:
     if bs not in PLAN.batch_sizes:
         pytest.skip(f"batch size {bs} not in the {PLAN.workload} workload's {PLAN.batch_sizes}")
