@@ -27,12 +27,12 @@ from . import compact as compact_module
 from . import timing as timing_module
 from .arms import (
     IDENTITY_ARMS,
+    NAMED_ONLY_ARMS,
     PLAIN,
     SERVING_BY_NAME,
     SERVINGS,
     STOCK,
     TIMING_ARMS,
-    NAMED_ONLY_ARMS,
     GraphMode,
     Runner,
 )

@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from .arms import BATCH_SIZES, TIMING_ARMS, NAMED_ONLY_ARMS, Runner
+from .arms import BATCH_SIZES, NAMED_ONLY_ARMS, TIMING_ARMS, Runner
 from .session import SKIP_REASON, Settings, close_all
 from .timing import FIGURES, Plan, run
 

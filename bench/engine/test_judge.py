@@ -14,15 +14,21 @@ import pytest
 from . import arms, identity
 from .arms import IDENTITY_ARMS, GraphMode, Runner
 
+ENGINE_IDENTITY_TEST = "tests/gpu/vllm/test_engine_identity.py"
+PLUGIN_TEST = "tests/gpu/test_plugin_engine.py"
 
-def judged(records: str | Path, *pytest_args: str) -> tuple[dict[str, str], str]:
-    """The identity test run on a records file (SR_ENGINE_RECORDS), with
-    `pytest_args` (a -k selection): each test id's verdict, and its output."""
+
+def judged(
+    records: str | Path, *pytest_args: str, test: str = ENGINE_IDENTITY_TEST
+) -> tuple[dict[str, str], str]:
+    """An identity test (the file patch's, or the plugin's) run on a records file
+    (SR_ENGINE_RECORDS), with `pytest_args` (a -k selection): each test id's verdict,
+    and its output."""
     done = subprocess.run(
         [
             *(sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider"),
             *pytest_args,
-            "tests/gpu/vllm/test_engine_identity.py",
+            test,
         ],
         cwd=Path(__file__).resolve().parents[2],
         env={**os.environ, "SR_ENGINE_RECORDS": str(records)},
@@ -159,6 +165,82 @@ def test_the_landing_runs_read_as_the_readme_says(run: str) -> None:
             f"test_serving_options_took_effect[{runner}-{mode}]",
             f"test_engagement_line[{runner}]",
         }
+    assert verdicts == dict.fromkeys(expected, "PASSED"), output[-3000:]
+
+
+# The plugin's runs (tests/gpu/test_plugin_engine.py): the records and the
+# (runner-mode) cells in which stock, stock-again, the plugin and the one-seed control
+# all ran; the device time ran out before V2 under FULL_AND_PIECEWISE.
+PLUGIN_RUNS = {
+    "bench/results/engine-nvidia-h200-20261203c-plugin": (
+        ["v1-eager", "v1-FULL_AND_PIECEWISE", "v2-eager"],
+        ["v1", "v2"],
+    ),
+    "bench/results/engine-nvidia-h200-20261203d-plugin-optin": (
+        ["v1-FULL_AND_PIECEWISE"],
+        ["v1"],
+    ),
+}
+
+
+@pytest.mark.parametrize("run", sorted(PLUGIN_RUNS))
+def test_the_plugin_runs_read_as_plugin_md_says(run: str) -> None:
+    """The plugin's records judged again: in each cell, stock reproducible, the plugin
+    identical to stock and the one-seed control caught; the plugin's engines logged
+    both engagement lines."""
+    root = Path(__file__).resolve().parents[2]
+    assert f"{run}.md" in (root / "vllm_patch/PLUGIN.md").read_text()
+    verdicts, output = judged(f"{run}.identity.json", test=PLUGIN_TEST)
+    cells, runners = PLUGIN_RUNS[run]
+    tests = (
+        "test_stock_is_reproducible",
+        "test_plugin_is_identical_to_stock",
+        "test_negative_control_differs",
+    )
+    expected = {f"{test}[{cell}]" for test in tests for cell in cells}
+    expected |= {f"test_plugin_engaged[{runner}]" for runner in runners}
+    assert verdicts == dict.fromkeys(expected, "PASSED"), output[-3000:]
+
+
+def test_the_plugin_judge_fails_on_a_differing_plugin(tmp_path: Path) -> None:
+    """The control of the test above: the plugin's record of one cell replaced by the
+    one-seed control's fails that cell's identity, and only that."""
+    run = "bench/results/engine-nvidia-h200-20261203c-plugin"
+    root = Path(__file__).resolve().parents[2]
+    data = json.loads((root / f"{run}.identity.json").read_text())
+    records = data["records"]
+    records["plugin/v1/eager"] = records["control-one-seed/v1/eager"]
+    mutated = tmp_path / "mutated.identity.json"
+    mutated.write_text(json.dumps(data))
+    verdicts, output = judged(mutated, test=PLUGIN_TEST)
+    failed = {test for test, verdict in verdicts.items() if verdict != "PASSED"}
+    assert failed == {"test_plugin_is_identical_to_stock[v1-eager]"}, output[-3000:]
+
+
+# The opt-in arms' first engine run (bench/results/engine-nvidia-h200-20261203d-plugin-optin):
+# V1 under FULL_AND_PIECEWISE only, before the device time ran out.
+OPT_IN_RUN = "bench/results/engine-nvidia-h200-20261203d-plugin-optin"
+
+
+def test_the_opt_in_arms_run_reads_as_its_record_says() -> None:
+    """The file patch's identity test on that run: the out-of-graph and checked-once
+    arms identical to stock on V1 under FULL_AND_PIECEWISE graphs, stock reproducible
+    and not degenerate, the control caught, the engagement lines right."""
+    verdicts, output = judged(f"{OPT_IN_RUN}.identity.json")
+    cell = "v1-FULL_AND_PIECEWISE"
+    expected = {
+        f"test_stock_is_reproducible[{cell}]",
+        f"test_stock_is_not_degenerate[{cell}]",
+        f"test_serving_options_took_effect[{cell}]",
+        f"test_negative_control_differs[control-one-seed-{cell}]",
+        f"test_identical_to_stock[reset-outside-graph-{cell}]",
+        f"test_identical_to_stock[reset-checked-once-{cell}]",
+        "test_engagement_line[v1]",
+        # Stock's V2 engine ran, alone: its own checks.
+        "test_stock_is_not_degenerate[v2-FULL_AND_PIECEWISE]",
+        "test_serving_options_took_effect[v2-FULL_AND_PIECEWISE]",
+        "test_engagement_line[v2]",
+    }
     assert verdicts == dict.fromkeys(expected, "PASSED"), output[-3000:]
 
 

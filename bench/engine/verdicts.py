@@ -3,6 +3,10 @@ tests/gpu/vllm/test_engine_identity.py and tests/gpu/test_plugin_engine.py."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
+from . import compact
 from .report import first_difference, rank_states
 
 MIN_DECODE_STEPS = 64
@@ -36,3 +40,14 @@ def assert_identical(stock: dict, got: dict) -> None:
     assert got["logprobs_sha256"] == stock["logprobs_sha256"], "logprobs differ"
     for name in ("cached_tokens", "counters"):  # records of runs with the servings
         assert got.get(name) == stock.get(name), f"{name} differ"
+
+
+def saved_records(path: Path) -> dict[str, Any]:
+    """A run's records from its identity.json or its committed file, of any form
+    bench/engine/compact.py reads (the last run of a cell where the file merges
+    several; arms under their current names)."""
+    data = compact.load(path)
+    return {
+        "records": {cell: runs[-1] for cell, runs in data["records"].items()},
+        "engagement": data["engagement"],
+    }

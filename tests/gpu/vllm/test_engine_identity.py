@@ -30,7 +30,7 @@ from typing import Any
 
 import pytest
 
-from bench.engine import compact, model
+from bench.engine import model
 from bench.engine.arms import (
     ARMS,
     CONTROLS,
@@ -55,7 +55,7 @@ from bench.engine.session import (
     SKIP_REASON,
     Settings,
 )
-from bench.engine.verdicts import assert_identical, differing_ranks, ranks_of
+from bench.engine.verdicts import assert_identical, differing_ranks, ranks_of, saved_records
 from bench.engine.worker import SHARED_PREFIX_REQUESTS
 
 SAVED = os.environ.get(RECORDS_ENV)
@@ -69,17 +69,6 @@ CELLS = [(mode, serving) for serving in SERVINGS for mode in MODES]
 def cell_id(cell: tuple[GraphMode, Serving]) -> str:
     mode, serving = cell
     return mode.value if serving == PLAIN else f"{mode.value}-{serving.name}"
-
-
-def saved_records(path: Path) -> dict[str, Any]:
-    """A run's records from its identity.json or its committed file, of any form
-    bench/engine/compact.py reads (the last run of a cell where the file merges
-    several; arms under their current names)."""
-    data = compact.load(path)
-    return {
-        "records": {cell: runs[-1] for cell, runs in data["records"].items()},
-        "engagement": data["engagement"],
-    }
 
 
 @pytest.fixture(scope="module")
