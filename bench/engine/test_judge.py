@@ -170,7 +170,7 @@ def test_the_landing_runs_read_as_the_readme_says(run: str) -> None:
 
 # The plugin's runs (tests/gpu/test_plugin_engine.py): the records and the
 # (runner-mode) cells in which stock, stock-again, the plugin and the one-seed control
-# all ran; the device time ran out before V2 under FULL_AND_PIECEWISE.
+# all ran; each call's time limit cut its run before V2's FULL_AND_PIECEWISE cell.
 PLUGIN_RUNS = {
     "bench/results/engine-nvidia-h200-20261203c-plugin": (
         ["v1-eager", "v1-FULL_AND_PIECEWISE", "v2-eager"],
@@ -218,7 +218,7 @@ def test_the_plugin_judge_fails_on_a_differing_plugin(tmp_path: Path) -> None:
 
 
 # The opt-in arms' first engine run (bench/results/engine-nvidia-h200-20261203d-plugin-optin):
-# V1 under FULL_AND_PIECEWISE only, before the device time ran out.
+# V1 under FULL_AND_PIECEWISE only: the call's time limit cut it after V2's stock engine.
 OPT_IN_RUN = "bench/results/engine-nvidia-h200-20261203d-plugin-optin"
 
 

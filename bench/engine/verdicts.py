@@ -1,5 +1,6 @@
-"""An engine's identity record against stock's, value by value: the comparison of
-tests/gpu/vllm/test_engine_identity.py and tests/gpu/test_plugin_engine.py."""
+"""An engine's identity record against stock's, value by value, and a run's saved
+records read back: what tests/gpu/vllm/test_engine_identity.py and
+tests/gpu/test_plugin_engine.py share."""
 
 from __future__ import annotations
 
