@@ -1,14 +1,18 @@
-"""An engine's identity record against stock's, value by value, and a run's saved
-records read back: what tests/gpu/vllm/test_engine_identity.py and
-tests/gpu/test_plugin_engine.py share."""
+"""An engine's identity record against stock's, value by value, a run's saved
+records read back, and one cell's record looked up: what
+tests/gpu/vllm/test_engine_identity.py and tests/gpu/test_plugin_engine.py share."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from . import compact
-from .report import first_difference, rank_states
+from .arms import PLAIN, GraphMode, Runner, Serving
+from .identity import key
+from .report import compact_record, first_difference, rank_states
 
 MIN_DECODE_STEPS = 64
 """Fewer decode steps in stock's record than this and the identity shows too little."""
@@ -51,4 +55,39 @@ def saved_records(path: Path) -> dict[str, Any]:
     return {
         "records": {cell: runs[-1] for cell, runs in data["records"].items()},
         "engagement": data["engagement"],
+        "saved": str(path),
     }
+
+
+def cell_id(cell: tuple[GraphMode, Serving]) -> str:
+    """A (mode, serving) cell's test id: PLAIN's is the mode alone, as before the servings."""
+    mode, serving = cell
+    return mode.value if serving == PLAIN else f"{mode.value}-{serving.name}"
+
+
+def cell_record(
+    identity: dict[str, Any],
+    arm: str,
+    runner: Runner,
+    mode: GraphMode,
+    serving: Serving = PLAIN,
+    *,
+    selected_by: str,
+) -> dict:
+    """One cell's record, compact, from a run's records (identity.run) or saved ones
+    (saved_records).  Skips where the cell is absent (selected_by: the variables that
+    choose a run's cells), fails where its engine did not run; a run's own records
+    hold one state from every TP rank."""
+    cell = key(arm, runner, mode, serving)
+    if cell not in identity["records"]:
+        if "saved" in identity:
+            pytest.skip(f"{cell} is not in {identity['saved']} (a run without that cell)")
+        pytest.skip(f"{cell} was not run ({selected_by})")
+    got = identity["records"][cell]
+    if "error" in got:
+        pytest.fail(f"{cell} did not run: {got['error']}", pytrace=False)
+    got = got if "tokens_sha256" in got else compact_record(got)
+    if "tp" in identity:
+        ranks = [state["rank"] for state in rank_states(got)]
+        assert ranks == list(range(identity["tp"])), f"{cell}: states of ranks {ranks}"
+    return got

@@ -7,11 +7,12 @@ four arms: stock, stock-again (the positive control: stock in another process), 
 (arms.PLUGIN: the same stock copy of vLLM, VLLM_MAMBA_SR_SEED_PREFETCH=1, the plugin
 loaded by vLLM from this package's entry point) and control-one-seed (stock with one SR
 seed in every 40 XOR 1, the negative control); through each runner the release serves
-the model with (V1 and V2 from 0.23.0), eager and FULL_AND_PIECEWISE.  Asserted: the
+the model with (V1 and V2 from 0.23.0), eager and FULL_AND_PIECEWISE, in each serving
+configuration SR_ENGINE_SERVING names (arms.SERVINGS; plain when unset).  Asserted: the
 plugin's fp16 SSM state of every Mamba-2 layer at every engine step, and at the end the
-state bytes, token ids and logprobs, equal stock's; the control's state differs; the
-plugin's engine logs the plugin's line and the prefetcher's engagement line, stock's
-neither.
+state bytes, token ids, logprobs, prefix-cache hits and MTP counters, equal stock's; the
+control's state differs; the plugin's engine logs the plugin's line and the prefetcher's
+engagement line, stock's neither.
 
 Needs the stock vLLM copy named in $SR_ENGINE_SITES (`stock=/tmp/site`), this package
 pip-installed in the engine's Python (its entry point), and the seed op built by
@@ -32,12 +33,28 @@ from typing import Any
 import pytest
 
 from bench.engine import model
-from bench.engine.arms import CONTROLS, PLUGIN, STOCK, STOCK_AGAIN, GraphMode, Perturb, Runner
+from bench.engine.arms import (
+    CONTROLS,
+    PLUGIN,
+    SERVINGS,
+    STOCK,
+    STOCK_AGAIN,
+    GraphMode,
+    Perturb,
+    Runner,
+    Serving,
+)
 from bench.engine.envs import RECORDS_ENV
-from bench.engine.identity import key, run
-from bench.engine.report import compact_record, rank_states
-from bench.engine.session import SKIP_REASON, Settings
-from bench.engine.verdicts import assert_identical, differing_ranks, saved_records
+from bench.engine.identity import run
+from bench.engine.report import rank_states
+from bench.engine.session import MODES_ENV, RUNNERS_ENV, SERVING_ENV, SKIP_REASON, Settings
+from bench.engine.verdicts import (
+    assert_identical,
+    cell_id,
+    cell_record,
+    differing_ranks,
+    saved_records,
+)
 from vllm_patch import plugin, releases, tree
 
 SAVED = os.environ.get(RECORDS_ENV)
@@ -68,44 +85,48 @@ def identity() -> dict[str, Any]:
     return {**found, "site": settings.sites["stock"]}
 
 
-def record(identity: dict[str, Any], arm: str, runner: Runner, mode: GraphMode) -> dict:
-    cell = key(arm, runner, mode)
-    if cell not in identity["records"] and SAVED:
-        pytest.skip(f"{cell} is not in {SAVED}")
-    if cell not in identity["records"]:
-        pytest.skip(f"{cell} was not run (SR_ENGINE_RUNNERS, SR_ENGINE_MODES)")
-    got = identity["records"][cell]
-    if "error" in got:
-        pytest.fail(f"{cell} did not run: {got['error']}", pytrace=False)
-    return got if "tokens_sha256" in got else compact_record(got)
+def record(
+    identity: dict[str, Any], arm: str, runner: Runner, mode: GraphMode, serving: Serving
+) -> dict:
+    return cell_record(
+        identity,
+        arm,
+        runner,
+        mode,
+        serving,
+        selected_by=f"{RUNNERS_ENV}, {MODES_ENV}, {SERVING_ENV}",
+    )
 
 
-cells = pytest.mark.parametrize("mode", MODES, ids=lambda m: m.value)
+# (mode, serving) of every cell; SR_ENGINE_SERVING picks the run's servings.
+cells = pytest.mark.parametrize(
+    "cell", [(mode, serving) for serving in SERVINGS for mode in MODES], ids=cell_id
+)
 runners = pytest.mark.parametrize("runner", list(Runner), ids=lambda r: r.value)
 
 
 @cells
 @runners
-def test_stock_is_reproducible(identity, runner: Runner, mode: GraphMode) -> None:
-    stock = record(identity, STOCK.name, runner, mode)
-    assert_identical(stock, record(identity, STOCK_AGAIN.name, runner, mode))
+def test_stock_is_reproducible(identity, runner: Runner, cell) -> None:
+    stock = record(identity, STOCK.name, runner, *cell)
+    assert_identical(stock, record(identity, STOCK_AGAIN.name, runner, *cell))
 
 
 @cells
 @runners
-def test_plugin_is_identical_to_stock(identity, runner: Runner, mode: GraphMode) -> None:
-    stock = record(identity, STOCK.name, runner, mode)
-    again = record(identity, STOCK_AGAIN.name, runner, mode)
+def test_plugin_is_identical_to_stock(identity, runner: Runner, cell) -> None:
+    stock = record(identity, STOCK.name, runner, *cell)
+    again = record(identity, STOCK_AGAIN.name, runner, *cell)
     if differing_ranks(stock, again):
         pytest.skip("inconclusive: two stock processes differ (test_stock_is_reproducible)")
-    assert_identical(stock, record(identity, PLUGIN.name, runner, mode))
+    assert_identical(stock, record(identity, PLUGIN.name, runner, *cell))
 
 
 @cells
 @runners
-def test_negative_control_differs(identity, runner: Runner, mode: GraphMode) -> None:
-    stock = record(identity, STOCK.name, runner, mode)
-    got = record(identity, CONTROL.name, runner, mode)
+def test_negative_control_differs(identity, runner: Runner, cell) -> None:
+    stock = record(identity, STOCK.name, runner, *cell)
+    got = record(identity, CONTROL.name, runner, *cell)
     differ = differing_ranks(stock, got)
     assert sorted(differ) == [s["rank"] for s in rank_states(stock)], differ
     assert all(step is not None for step in differ.values()), differ

@@ -45,8 +45,8 @@ from bench.engine.arms import (
     Serving,
 )
 from bench.engine.envs import RECORDS_ENV
-from bench.engine.identity import MODES, key, run
-from bench.engine.report import compact_record, first_difference, rank_states
+from bench.engine.identity import MODES, run
+from bench.engine.report import first_difference
 from bench.engine.session import (
     IDENTITY_ARMS_ENV,
     MODES_ENV,
@@ -55,7 +55,14 @@ from bench.engine.session import (
     SKIP_REASON,
     Settings,
 )
-from bench.engine.verdicts import assert_identical, differing_ranks, ranks_of, saved_records
+from bench.engine.verdicts import (
+    assert_identical,
+    cell_id,
+    cell_record,
+    differing_ranks,
+    ranks_of,
+    saved_records,
+)
 from bench.engine.worker import SHARED_PREFIX_REQUESTS
 
 SAVED = os.environ.get(RECORDS_ENV)
@@ -64,11 +71,6 @@ pytestmark = [] if SAVED else [pytest.mark.gpu]
 PATCHED = [arm.name for arm in (*ARMS, *OPT_IN_ARMS) if arm not in (STOCK, STOCK_AGAIN)]
 # (mode, serving) of every cell; PLAIN's ids are the mode alone, as before the servings.
 CELLS = [(mode, serving) for serving in SERVINGS for mode in MODES]
-
-
-def cell_id(cell: tuple[GraphMode, Serving]) -> str:
-    mode, serving = cell
-    return mode.value if serving == PLAIN else f"{mode.value}-{serving.name}"
 
 
 @pytest.fixture(scope="module")
@@ -88,21 +90,14 @@ def record(
     mode: GraphMode,
     serving: Serving = PLAIN,
 ) -> dict:
-    cell = key(arm, runner, mode, serving)
-    if cell not in identity["records"] and SAVED:
-        pytest.skip(f"{cell} is not in {SAVED} (a run before that arm or serving)")
-    if cell not in identity["records"]:
-        pytest.skip(
-            f"{cell} was not run ({IDENTITY_ARMS_ENV}, {MODES_ENV}, {SERVING_ENV}, {RUNNERS_ENV})"
-        )
-    got = identity["records"][cell]
-    if "error" in got:
-        pytest.fail(f"{cell} did not run: {got['error']}", pytrace=False)
-    got = got if "tokens_sha256" in got else compact_record(got)
-    if "tp" in identity:  # a run's own records: one state from every rank
-        ranks = [state["rank"] for state in rank_states(got)]
-        assert ranks == list(range(identity["tp"])), f"{cell}: states of ranks {ranks}"
-    return got
+    return cell_record(
+        identity,
+        arm,
+        runner,
+        mode,
+        serving,
+        selected_by=f"{IDENTITY_ARMS_ENV}, {MODES_ENV}, {SERVING_ENV}, {RUNNERS_ENV}",
+    )
 
 
 def judged_stock(
