@@ -170,7 +170,7 @@ def test_the_landing_runs_read_as_the_readme_says(run: str) -> None:
 
 # The plugin's runs (tests/gpu/test_plugin_engine.py): the records and the
 # (runner-mode) cells in which stock, stock-again, the plugin and the one-seed control
-# all ran; each call's time limit cut its run before V2's FULL_AND_PIECEWISE cell.
+# all ran (the 20261203 calls' time limits cut them before V2's FULL_AND_PIECEWISE cell).
 PLUGIN_RUNS = {
     "bench/results/engine-nvidia-h200-20261203c-plugin": (
         ["v1-eager", "v1-FULL_AND_PIECEWISE", "v2-eager"],
@@ -178,6 +178,14 @@ PLUGIN_RUNS = {
     ),
     "bench/results/engine-nvidia-h200-20261203d-plugin-optin": (
         ["v1-FULL_AND_PIECEWISE"],
+        ["v1"],
+    ),
+    "bench/results/engine-nvidia-h200-20261204-plugin-v2full": (
+        ["v2-FULL_AND_PIECEWISE"],
+        ["v2"],
+    ),
+    "bench/results/engine-nvidia-h200-20261204b-plugin-serving": (
+        ["v1-FULL_AND_PIECEWISE-seed-serving"],
         ["v1"],
     ),
 }
