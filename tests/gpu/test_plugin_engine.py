@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +43,6 @@ from bench.engine.arms import (
     GraphMode,
     Perturb,
     Runner,
-    Serving,
 )
 from bench.engine.envs import RECORDS_ENV
 from bench.engine.identity import run
@@ -85,17 +85,8 @@ def identity() -> dict[str, Any]:
     return {**found, "site": settings.sites["stock"]}
 
 
-def record(
-    identity: dict[str, Any], arm: str, runner: Runner, mode: GraphMode, serving: Serving
-) -> dict:
-    return cell_record(
-        identity,
-        arm,
-        runner,
-        mode,
-        serving,
-        selected_by=f"{RUNNERS_ENV}, {MODES_ENV}, {SERVING_ENV}",
-    )
+# A cell's record (identity, arm, runner, mode[, serving]); the variables name the run's cells.
+record = partial(cell_record, selected_by=f"{RUNNERS_ENV}, {MODES_ENV}, {SERVING_ENV}")
 
 
 # (mode, serving) of every cell; SR_ENGINE_SERVING picks the run's servings.

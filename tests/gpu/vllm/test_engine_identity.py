@@ -25,6 +25,7 @@ records on any machine (cells it lacks skip), in report.py's compact form.
 from __future__ import annotations
 
 import os
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +36,6 @@ from bench.engine.arms import (
     ARMS,
     CONTROLS,
     OPT_IN_ARMS,
-    PLAIN,
     SERVINGS,
     STOCK,
     STOCK_AGAIN,
@@ -83,21 +83,10 @@ def identity() -> dict[str, Any]:
     return run(settings)
 
 
-def record(
-    identity: dict[str, Any],
-    arm: str,
-    runner: Runner,
-    mode: GraphMode,
-    serving: Serving = PLAIN,
-) -> dict:
-    return cell_record(
-        identity,
-        arm,
-        runner,
-        mode,
-        serving,
-        selected_by=f"{IDENTITY_ARMS_ENV}, {MODES_ENV}, {SERVING_ENV}, {RUNNERS_ENV}",
-    )
+# A cell's record (identity, arm, runner, mode[, serving]); the variables name the run's cells.
+record = partial(
+    cell_record, selected_by=f"{IDENTITY_ARMS_ENV}, {MODES_ENV}, {SERVING_ENV}, {RUNNERS_ENV}"
+)
 
 
 def judged_stock(
