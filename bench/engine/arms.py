@@ -404,8 +404,17 @@ def compilation_config(mode: GraphMode, *, inductor_deterministic: bool = True) 
     them: a pick by timing, and benchmarking that deterministic mode refuses
     (raises).  Combo kernels stay on, unbenchmarked; every arm compiles with
     the same settings.
+
+    Deterministic mode still picks each pointwise kernel's launch configuration
+    by timing (a pick that changes no bits), once per compile cache, and every
+    arm has a cache of its own (client.environment): one kernel's pick moved a
+    decode step by ~15 µs between two arms
+    (bench/results/engine-nvidia-h200-20261204d-plugin-decode.md).
+    `triton.autotune_pointwise` off gives every arm the heuristic's one
+    configuration.
     """
-    inductor = {"combo_kernels": True, "benchmark_combo_kernel": False}
+    inductor: dict[str, bool] = {"combo_kernels": True, "benchmark_combo_kernel": False}
     if inductor_deterministic:
         inductor["deterministic"] = True
+        inductor["triton.autotune_pointwise"] = False
     return {"cudagraph_mode": mode.value, "inductor_compile_config": inductor}

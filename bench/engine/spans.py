@@ -72,15 +72,35 @@ class ReplaySpans:
     first spins (`SPIN_CYCLES`), the start event is recorded behind the spin,
     and by the time it fires the host has enqueued the whole replay: the pair
     spans the prologue's kernels and the graph's back to back on the GPU, what
-    the microbenchmark's graph mode times.
+    the microbenchmark's graph mode times.  A forward that draws its seeds
+    eagerly before its replay starts the pair before the draw (open_early).
     """
 
     def __init__(self) -> None:
-        self.pairs: list[tuple[Any, Any]] = []
+        self.pairs: list[tuple[Any, Any, bool]] = []  # start, end, covered
         # False: replays run as torch's, no spin and no events, only counted
         # (untimed): the mixed workload times whole forwards (ForwardGpuSpans).
         self.timing = True
         self.untimed = 0
+        self._early: Any = None  # open_early's start, until a replay takes it
+
+    def open_early(self) -> None:
+        """Starts the next replay's pair here, behind the spin: for a forward
+        that draws its seeds eagerly just before its replay (the outside-graph
+        arm), so that the pair spans the draw and its launch gap as well.  A
+        replay that finds this start already reached (the host took longer than
+        the spin) leaves its step uncovered (None), not short."""
+        import torch
+
+        if not self.timing:
+            return
+        torch.cuda._sleep(SPIN_CYCLES)
+        self._early = torch.cuda.Event(enable_timing=True)
+        self._early.record()
+
+    def close_early(self) -> None:
+        """Drops a start no replay took (its forward replayed nothing)."""
+        self._early = None
 
     def install(self) -> None:
         import torch
@@ -93,24 +113,31 @@ class ReplaySpans:
                 self.untimed += 1
                 original(graph)
                 return
-            start = torch.cuda.Event(enable_timing=True)
+            start, self._early = self._early, None
+            covered = True
+            if start is None:
+                start = torch.cuda.Event(enable_timing=True)
+                torch.cuda._sleep(SPIN_CYCLES)
+                start.record()
+            else:
+                covered = not start.query()
             end = torch.cuda.Event(enable_timing=True)
-            torch.cuda._sleep(SPIN_CYCLES)
-            start.record()
             original(graph)
             end.record()
-            pairs.append((start, end))
+            pairs.append((start, end, covered))
 
         torch.cuda.CUDAGraph.replay = replay  # type: ignore[method-assign]
 
     def per_step(self, marks: list[int]) -> list[float | None]:
         """Seconds of replay per step, marks[i] being the pair count after step
-        i (the GPU must be synchronized); None for a step without a replay."""
+        i (the GPU must be synchronized); None for a step without a replay, or
+        with an uncovered one (open_early)."""
         totals: list[float | None] = []
         begin = 0
         for mark in marks:
             step = self.pairs[begin:mark]
-            totals.append(sum(s.elapsed_time(e) for s, e in step) / 1e3 if step else None)
+            covered = bool(step) and all(c for _, _, c in step)
+            totals.append(sum(s.elapsed_time(e) for s, e, _ in step) / 1e3 if covered else None)
             begin = mark
         return totals
 
@@ -356,6 +383,18 @@ def _synchronize(_worker: Any) -> None:
     import torch
 
     torch.cuda.synchronize()
+
+
+def open_replay_early() -> None:
+    """This process's next replay span starts here (ReplaySpans.open_early),
+    once the timers are installed."""
+    if _REPLAYS is not None:
+        _REPLAYS.open_early()
+
+
+def close_replay_early() -> None:
+    if _REPLAYS is not None:
+        _REPLAYS.close_early()
 
 
 def _take_spans(worker: Any) -> dict[str, Any]:

@@ -19,7 +19,7 @@ def test_replay_spans_sum_each_steps_replays() -> None:
             return self.ms
 
     spans = engine_spans.ReplaySpans()
-    spans.pairs.extend((Pair(ms), None) for ms in (1.0, 2.0, 4.0))
+    spans.pairs.extend((Pair(ms), None, True) for ms in (1.0, 2.0, 4.0))
     # Step 0 replays once, step 1 not at all (None), step 2 twice.
     assert spans.per_step([1, 1, 3]) == [1e-3, None, 6e-3]
 
@@ -50,6 +50,56 @@ def test_replay_spans_start_behind_a_spin(monkeypatch: pytest.MonkeyPatch) -> No
     Graph().replay()
     assert calls == [f"spin {engine_spans.SPIN_CYCLES}", "record", "replay", "record"]
     assert len(spans.pairs) == 1
+
+
+def test_an_early_start_spans_the_draw_before_the_replay(monkeypatch: pytest.MonkeyPatch) -> None:
+    """open_early's start (before an eager draw) is the next replay's, behind one
+    spin; a start the GPU had already reached by the replay (the host outlasted
+    the spin) leaves its step uncovered, and a start no replay took is dropped."""
+    import torch
+
+    calls: list[str] = []
+    reached = [False]
+
+    class Event:
+        def __init__(self, enable_timing: bool) -> None:
+            assert enable_timing
+
+        def record(self) -> None:
+            calls.append("record")
+
+        def query(self) -> bool:
+            return reached[0]
+
+        def elapsed_time(self, end: object) -> float:
+            return 1.0
+
+    class Graph:
+        def replay(self) -> None:
+            calls.append("replay")
+
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", Graph)
+    monkeypatch.setattr(torch.cuda, "Event", Event)
+    monkeypatch.setattr(torch.cuda, "_sleep", lambda cycles: calls.append("spin"))
+    spans = engine_spans.ReplaySpans()
+    spans.install()
+    spans.open_early()
+    calls.append("draw")
+    Graph().replay()
+    assert calls == ["spin", "record", "draw", "replay", "record"]
+    reached[0] = True
+    spans.open_early()
+    Graph().replay()
+    assert spans.per_step([1, 2]) == [1e-3, None]
+    calls.clear()
+    spans.open_early()
+    spans.close_early()
+    Graph().replay()  # a start of its own
+    assert calls == ["spin", "record", "spin", "record", "replay", "record"]
+    spans.timing = False
+    calls.clear()
+    spans.open_early()
+    assert calls == []
 
 
 def test_kernels_per_step_reads_torchs_averages() -> None:
@@ -117,7 +167,7 @@ def test_rank_spans_split_replays_by_forward(monkeypatch: pytest.MonkeyPatch) ->
             start, end = Event(), Event()
             start.record()
             end.record()
-            replays.pairs.append((start, end))
+            replays.pairs.append((start, end, True))
         return "output"
 
     runner = NS(execute_model=execute_model)

@@ -452,3 +452,31 @@ def test_a_profile_of_mixed_steps_checks_they_were_mixed(monkeypatch: pytest.Mon
         {"workload": "mixed", "runners": {"v1": {"profile": {"stock": {"2": got}}}}}
     )
     assert "**v1, BS 2: GPU kernels per mixed step**" in text
+
+
+def test_outside_graph_replays_are_timed_from_before_their_draw(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The outside-graph arm's FULL forwards outside a capture open the replay span
+    before their eager draw and drop it as they end; its eager forwards and the
+    forwards it opens inside a capture (V2's) leave the spans alone."""
+    events: list[object] = []
+
+    class Prefetcher:
+        def _begin(self, count: int | None, full_cudagraph: bool) -> None:
+            events.append(("draw", full_cudagraph))
+
+        def _end(self) -> None:
+            events.append("end")
+
+    capturing = [False]
+    monkeypatch.setattr(worker, "open_replay_early", lambda: events.append("open"))
+    monkeypatch.setattr(worker, "close_replay_early", lambda: events.append("close"))
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: capturing[0])
+    prefetcher = worker._replay_spans_from_the_draw(Prefetcher())
+    prefetcher._begin(None, True)
+    prefetcher._end()
+    prefetcher._begin(None, False)
+    capturing[0] = True
+    prefetcher._begin(None, True)
+    assert events == ["open", ("draw", True), "end", "close", ("draw", False), ("draw", True)]

@@ -58,9 +58,11 @@ from .spans import (
     _take_forwards,
     _take_spans,
     _watch_forwards,
+    close_replay_early,
     merge_forward_gpu,
     merge_spans,
     mixed_batch_error,
+    open_replay_early,
 )
 from .state import (
     _logprobs,
@@ -209,14 +211,37 @@ def _bench_prefetcher(prefetch: Any, *, name: str) -> Any:
     if name == "outside-graph":
         from bench.outside_graph import outside_graph_prefetcher
 
-        return outside_graph_prefetcher(
-            prefetch.num_seeds, prefetch.device, prefetch.draw, prefetch.owner
+        return _replay_spans_from_the_draw(
+            outside_graph_prefetcher(
+                prefetch.num_seeds, prefetch.device, prefetch.draw, prefetch.owner
+            )
         )
     from bench.checked_once import checked_once_prefetcher
 
     return checked_once_prefetcher(
         prefetch.num_seeds, prefetch.device, prefetch.draw, prefetch.owner
     )
+
+
+def _replay_spans_from_the_draw(prefetcher: Any) -> Any:
+    """`prefetcher` (bench.outside_graph's), whose FULL forwards outside a capture
+    start the timing's replay span before their eager draw (spans.open_replay_early):
+    the draw replaces stock's in-graph ones, so the span must hold it."""
+    import torch
+
+    begin, end = prefetcher._begin, prefetcher._end
+
+    def timed_begin(count: int | None, full_cudagraph: bool) -> None:
+        if full_cudagraph and not torch.cuda.is_current_stream_capturing():
+            open_replay_early()
+        begin(count, full_cudagraph)
+
+    def timed_end() -> None:
+        end()
+        close_replay_early()
+
+    prefetcher._begin, prefetcher._end = timed_begin, timed_end
+    return prefetcher
 
 
 def _live_outside_graph_prefetcher() -> Any:
