@@ -6,7 +6,8 @@ rewrites each FILE in place in its committed form, and says what it did: an iden
 record (a run's identity.json, or report.py's <prefix>.identity.json of any earlier
 form), a timing record (timing.json), reproduce.py's records (reproduce.json) or a
 microbenchmark summary (summary.json).  Timing, reproduce and summary files keep their
-content (arms renamed), one entry per line.  It
+content (arms renamed; a timing profile's kernels named without their parameter lists,
+`kernel_name`), one entry per line.  It
 can be run again on its own output: that output is what it writes.
 
 An identity record in the committed form (FORMAT) stores:
@@ -286,6 +287,41 @@ def packed(data: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def kernel_name(name: str) -> str:
+    """A profiled kernel's name without its trailing parameter list: `void f<T>(int*, ...)`
+    is `void f<T>`; a name whose parenthesis follows a space (`Memcpy DtoD (Device ->
+    Device)`) is kept whole."""
+    if not name.endswith(")"):
+        return name
+    depth = 0
+    for at in range(len(name) - 1, -1, -1):
+        depth += {")": 1, "(": -1}.get(name[at], 0)
+        if depth == 0:
+            break
+    head = name[:at]
+    return head if head and not head[-1].isspace() else name
+
+
+def _short_kernels(data: dict[str, Any]) -> dict[str, Any]:
+    """`data` (a timing record) with each profile's kernels under kernel_name, the
+    launches and µs of kernels that then share a name summed, in first-seen order."""
+    for runner in data["runners"].values():
+        for per_bs in (runner.get("profile") or {}).values():
+            for profile in per_bs.values():
+                if "kernels" not in profile:
+                    continue  # a profile that failed: {"error": ...}
+                merged: dict[str, list[Any]] = {}
+                for name, launches, device_us in profile["kernels"]:
+                    short = kernel_name(name)
+                    if short in merged:
+                        merged[short][1] += launches
+                        merged[short][2] = round(merged[short][2] + device_us, 2)
+                    else:
+                        merged[short] = [short, launches, device_us]
+                profile["kernels"] = list(merged.values())
+    return data
+
+
 def _line(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
@@ -335,7 +371,7 @@ def converted(text: str) -> str:
     if what == "identity":
         return dumps_identity(packed(data))
     if what == "timing":
-        return dumps(_renamed(data), 4)
+        return dumps(_short_kernels(_renamed(data)), 4)
     if what == "reproduce":
         return dumps(data, 3)
     return "[\n" + ",\n".join(_line(row) for row in _renamed(data)) + "\n]\n"

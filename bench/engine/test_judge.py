@@ -188,6 +188,10 @@ PLUGIN_RUNS = {
         ["v1-FULL_AND_PIECEWISE-seed-serving"],
         ["v1"],
     ),
+    "bench/results/engine-nvidia-h200-20261204e-plugin-serving-v2": (
+        ["v2-FULL_AND_PIECEWISE-seed-serving"],
+        ["v2"],
+    ),
     "bench/results/engine-nvidia-h200-20261204d-plugin-vllm020": (
         ["v1-eager", "v1-FULL_AND_PIECEWISE"],
         ["v1"],

@@ -182,6 +182,7 @@ def test_ctrl_c_after_the_change_is_made_keeps_it_and_says_so(
     small_tree: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     printed = cli._print_reports
+    handler = signal.getsignal(signal.SIGINT)  # SIG_IGN under nohup, else Python's
 
     def interrupted(reports: list[patch.FileReport]) -> None:
         os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C while the report is printed
@@ -195,7 +196,7 @@ def test_ctrl_c_after_the_change_is_made_keeps_it_and_says_so(
         "as reported above"
     )
     assert "Applied the reset design" in out
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert signal.getsignal(signal.SIGINT) is handler
     monkeypatch.undo()
     status, out = run(capsys, "status", small_tree)
     assert status == 0 and "Design applied: reset" in out, out
