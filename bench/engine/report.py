@@ -558,6 +558,32 @@ def concatenate(runner: str, results: Sequence[dict[str, Any]]) -> dict[str, Any
     }
 
 
+def start_markdown(timing: dict[str, Any]) -> str:
+    """Per runner, each arm's engines' start in seconds, read off their samples'
+    start_s (samples before it was kept: none); "" where no sample has one."""
+    out = []
+    for runner, result in timing["runners"].items():
+        starts: dict[str, dict[int, float]] = {}
+        for per_arm in result.get("samples", {}).values():
+            for arm, rows in per_arm.items():
+                for row in rows:
+                    if row.get("start_s") is not None:
+                        starts.setdefault(arm, {})[int(row.get("engine", 0))] = row["start_s"]
+        if not starts:
+            continue
+        out.append(
+            f"\n**{runner}**: each engine's `start` call (s), engines in order; the "
+            "engines of a round start side by side, so each figure holds the others' "
+            "contention, and a first engine compiles where its arm's cache is new\n"
+        )
+        out.append("| arm | engines | start (s) |")
+        out.append("| --- | --- | --- |")
+        for arm in sorted(starts):
+            each = [starts[arm][engine] for engine in sorted(starts[arm])]
+            out.append(f"| {arm} | {len(each)} | {', '.join(f'{s:.1f}' for s in each)} |")
+    return "\n".join(out) + "\n" if out else ""
+
+
 def merge_timing(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """One timing.json from runs at one TP size: each runner's results (a
     runner in several runs: their rounds together, concatenate), and each run's
@@ -668,6 +694,8 @@ def main(argv: list[str] | None = None) -> int:
             parts.append("## Mixed steps' forwards\n\n" + mixed)
         if engines := engine_markdown(timing):
             parts.append("## Engines per arm\n" + engines)
+        if starts := start_markdown(timing):
+            parts.append("## Engine start per arm\n" + starts)
         if ranks := rank_markdown(timing):
             parts.append("## Replay per TP rank\n" + ranks)
         if any(result.get("profile") for result in timing["runners"].values()):

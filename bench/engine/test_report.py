@@ -355,3 +355,21 @@ def test_a_runners_rounds_in_several_runs_are_put_together(tmp_path: Path) -> No
     other["runners"]["v1"]["samples"]["1"]["floor"] = rows[:1]
     with pytest.raises(SystemExit, match="whose arms have different numbers of rounds"):
         report.merge_timing([first, other])
+
+
+def test_engine_start_per_arm_is_read_off_the_samples() -> None:
+    """Each engine's start once per arm, in engine order, from any of its samples;
+    a record whose samples predate start_s has no such section."""
+    row = {"replay_s": 1e-3}
+
+    def of(engine: int, start_s: float) -> dict:
+        return {**row, "engine": engine, "start_s": start_s}
+
+    samples = {
+        "1": {"stock": [of(0, 150.2), of(1, 31.0)], "reset": [of(0, 161.5), of(1, 30.4)]},
+        "8": {"stock": [of(1, 31.0)], "reset": [row]},
+    }
+    text = report.start_markdown({"runners": {"v1": {"samples": samples}}})
+    assert "| reset | 2 | 161.5, 30.4 |" in text and "| stock | 2 | 150.2, 31.0 |" in text
+    old = {"1": {"stock": [row], "reset": [row]}}
+    assert report.start_markdown({"runners": {"v1": {"samples": old}}}) == ""

@@ -225,6 +225,8 @@ def test_the_timing_starts_a_runners_engines_again_every_k_rounds(
                 rows = data["runners"][runner]["samples"][bs][arm]
                 assert [row["engine"] for row in rows] == engines
                 assert all(row["engine"] == row["instance"] for row in rows)
+                # Each sample carries its own engine's start (a start call, timed).
+                assert all(isinstance(row["start_s"], float) for row in rows)
     # Every engine is closed before its successor spawns (and an FakeInstance
     # refuses calls after its close).
     for index, (kind, tag, names, *_) in enumerate(log):

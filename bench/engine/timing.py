@@ -44,13 +44,16 @@ An offset that one engine process keeps (its allocations, its compiled
 code's placement) is in every sample of that engine, and no round averages
 it out: with Plan.rounds_per_engine, every engine of the runner is closed and
 started again after that many rounds, each sample names its engine, and the
-summary gives the spread of the engines' medians (engine_spread).
+summary gives the spread of the engines' medians (engine_spread).  Each sample
+also carries its engine's start, in seconds (start_s: the `start` call, all of a
+start_all's engines side by side), which report.py tabulates per arm.
 """
 
 from __future__ import annotations
 
 import os
 import statistics
+import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -365,6 +368,9 @@ def run(
     # (no config picked by timing under load), and its compile cache reused.
     workers = spawn(pairs, settings, "timing", DETERMINISTIC_ENV)
     failed: dict[str, str] = {}
+    # (arm, runner, engine) -> the seconds its start call took; every sample of that
+    # engine carries it (start_s).  The engines of a start_all start side by side.
+    start_s: dict[tuple[str, str, int], float] = {}
 
     def start_all(started: list[tuple[Arm, Runner]], engine: int) -> None:
         # Every engine starts at once (kv_cache_memory_bytes skips vLLM's
@@ -375,12 +381,14 @@ def run(
             try:
                 if isinstance(worker, Exception):
                     raise worker
+                began = time.monotonic()
                 worker.call(
                     "start",
                     mode=GraphMode.FULL_AND_PIECEWISE.value,
                     serving=plan.serving,
                     step_tokens=plan.step_tokens,
                 )
+                start_s[arm.name, runner.value, engine] = round(time.monotonic() - began, 1)
             except Exception as error:
                 which = f"engine {engine}: " if engine else ""
                 failed[f"{arm.name}/{runner.value}"] = f"{which}{type(error).__name__}: {error}"
@@ -415,7 +423,8 @@ def run(
         def sample(arm: str, bs: int) -> dict:
             worker = workers[arm, runner.value]
             figures = worker.call(plan.workload, bs=bs, steps=plan.steps, warm=plan.warm)
-            return {**figures, "engine": engine}
+            started = start_s.get((arm, runner.value, engine))
+            return {**figures, "engine": engine, "start_s": started}
 
         def partial(samples: Samples) -> None:
             write_json(settings.out / f"timing-{runner.value}{plan.tag}-partial.json", samples)
