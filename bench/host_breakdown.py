@@ -8,10 +8,12 @@ On a CUDA machine with FlashInfer, from the repository root (the same setup as
 Host µs to enqueue one eager decode step (a synchronize before each sample,
 outside it), for the floor (one fixed seed, nothing drawn) and for the floor
 plus one piece of the reset prefetcher's work at a time, then the
-whole design, in interleaved rounds shuffled by a seeded generator
+whole design, and the design with its checks once per forward (bench/checked_once.py),
+in interleaved rounds shuffled by a seeded generator
 (step_timing.py).  Each figure is a median with its bootstrap 95% interval and the
 IQR; "over floor" is the paired difference of medians, with its interval
-(stats.py).  `--profile` adds cProfile's view of the floor and of the design.
+(stats.py), and "÷ floor-rng" the ratio of medians.  `--profile` adds cProfile's
+view of the floor and of the design.
 
 The pieces reach into runner_hooks' internals (RUNNER_HOOKS_NAMES), as a
 breakdown must.  bench/test_host_breakdown.py checks on the CPU that every one
@@ -36,6 +38,7 @@ from runner_hooks.core.prefetch import SeedBatch
 from runner_hooks.forward_context.side_stream import SideStreamSeedBatch, SideStreamSeedPrefetch
 from runner_hooks.hooks import ForwardInfo
 
+from .checked_once import CheckedOncePrefetcher, checked_once_prefetcher
 from .drawers import stock_seed
 from .stats import BOOTSTRAP_SEED, RESAMPLES, bootstrap_medians, interval_of, quantile, seeded_rng
 from .step_timing import Step, gc_paused, host_us_per_step, interleaved
@@ -70,6 +73,7 @@ STEPS: tuple[tuple[str, str], ...] = (
     ("begin_end", "floor + forward begin/end (hooks, schedule incl. the draw, finish)"),
     ("takes", "floor + `SeedBatch.take()` per SSU call (capture and stream checks)"),
     ("design", "reset (`next_seed()` per SSU call, inside hooks.forward)"),
+    ("checked_once", "reset, its checks once per forward (bench/checked_once.py)"),
 )
 """(name, what the step adds to the floor), in table order."""
 
@@ -87,6 +91,8 @@ class Breakdown:
     prefetcher: ResetPrefetcherByName
     base_seed: torch.Tensor
     """The floor's one seed."""
+    checked_once: tuple[BodyFirstForwardHooks, CheckedOncePrefetcher]
+    """The checked-once prefetcher behind hooks of its own, over the same drawer."""
 
 
 def breakdown_steps(parts: Breakdown) -> dict[str, Step]:
@@ -110,6 +116,7 @@ def breakdown_steps(parts: Breakdown) -> dict[str, Step]:
     side_stream = isinstance(prefetch, SideStreamSeedPrefetch)
     forward_stream = torch.cuda.current_stream() if side_stream else None
     next_seed = prefetcher.next_seed
+    once_hooks, once = parts.checked_once
 
     def floor_seed() -> torch.Tensor:
         return base
@@ -122,13 +129,18 @@ def breakdown_steps(parts: Breakdown) -> dict[str, Step]:
         stream_handle(device_index)  # type: ignore[misc]
         return base
 
-    def design_seed() -> torch.Tensor:
-        # The vLLM patch's call site checks for None too, and then draws inline as
-        # stock; here every seed is prefetched, so a None means the breakdown is off.
-        seed = next_seed()
-        if seed is None:
-            raise RuntimeError("the prefetcher handed out no seed: the breakdown is off")
+    def prefetched(take: Callable[[], torch.Tensor | None]) -> Callable[[], torch.Tensor]:
+        def seed() -> torch.Tensor:
+            # The vLLM patch's call site checks for None too, and then draws inline as
+            # stock; here every seed is prefetched, so a None means the breakdown is off.
+            value = take()
+            if value is None:
+                raise RuntimeError("the prefetcher handed out no seed: the breakdown is off")
+            return value
+
         return seed
+
+    design_seed, checked_once_seed = prefetched(next_seed), prefetched(once.next_seed)
 
     def floor() -> None:
         model.forward(floor_seed)
@@ -172,6 +184,10 @@ def breakdown_steps(parts: Breakdown) -> dict[str, Step]:
         with hooks.forward(info):
             model.forward(design_seed)
 
+    def checked_once() -> None:
+        with once_hooks.forward(info):
+            model.forward(checked_once_seed)
+
     steps = {
         "floor": floor,
         "floor_rng": floor_rng,
@@ -181,6 +197,7 @@ def breakdown_steps(parts: Breakdown) -> dict[str, Step]:
         "begin_end": begin_end,
         "takes": takes,
         "design": design,
+        "checked_once": checked_once,
     }
     assert list(steps) == [name for name, _ in STEPS]
     return steps
@@ -211,11 +228,12 @@ def table(samples: dict[str, list[float]], resamples: int = RESAMPLES) -> list[s
         samples, rng=seeded_rng(BOOTSTRAP_SEED, "host-breakdown"), resamples=resamples
     )
     lines = [
-        "| step | median µs [95% CI] | IQR | p10 µs | over floor µs [95% CI] |",
-        "| --- | ---: | ---: | ---: | ---: |",
+        "| step | median µs [95% CI] | IQR | p10 µs | over floor µs [95% CI] | ÷ floor-rng |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
     ]
     floor = sorted(samples["floor"])
     floor_median = quantile(floor, 0.5)
+    floor_rng_median = quantile(sorted(samples["floor_rng"]), 0.5)
     for name, label in STEPS:
         ordered = sorted(samples[name])
         median = quantile(ordered, 0.5)
@@ -231,7 +249,7 @@ def table(samples: dict[str, list[float]], resamples: int = RESAMPLES) -> list[s
         )
         lines.append(
             f"| {label} | {median:.1f} [{ci[0]:.1f}, {ci[1]:.1f}] | {iqr:.1f} | "
-            f"{quantile(ordered, 0.1):.1f} | {over_text} |"
+            f"{quantile(ordered, 0.1):.1f} | {over_text} | {median / floor_rng_median:.3f} |"
         )
     return lines
 
@@ -272,8 +290,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.layers, target.device, sync_plan=args.sync_plan, drawer=args.drawer
     )
     hooks.register(prefetcher)
+    assert prefetcher.prefetch is not None  # flashinfer_target found a CUDA device
+    once_hooks = BodyFirstForwardHooks()
+    once = checked_once_prefetcher(args.layers, target.device, prefetcher.prefetch.draw)
+    once_hooks.register(once)
     base = torch.zeros(1, dtype=torch.int64, device=target.device)
-    steps = breakdown_steps(Breakdown(model, hooks, prefetcher, base))
+    steps = breakdown_steps(Breakdown(model, hooks, prefetcher, base, (once_hooks, once)))
     samples = measure(steps, rounds=args.rounds, seed=args.seed)
     command = "python -m bench.host_breakdown " + " ".join(argv or sys.argv[1:])
     lines = [

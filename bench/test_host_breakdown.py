@@ -17,6 +17,7 @@ import torch
 from runner_hooks.core import prefetch as prefetch_module
 
 from . import host_breakdown, variants
+from .checked_once import checked_once_prefetcher
 from .cpu_fakes import LayoutCheckingSsu, counting_clock
 from .synthetic_model import DecodeModel, MixerShape
 from .target import BenchUnavailable
@@ -76,8 +77,11 @@ def cpu_breakdown(monkeypatch):
     hooks = BodyFirstForwardHooks()
     prefetcher = ResetPrefetcherByName(LAYERS, "cpu", sync_plan="current_stream", drawer="randint")
     hooks.register(prefetcher)
+    once_hooks = BodyFirstForwardHooks()
+    once = checked_once_prefetcher(LAYERS, torch.device("cpu"), prefetcher.prefetch.draw)
+    once_hooks.register(once)
     base = torch.zeros(1, dtype=torch.int64)
-    return host_breakdown.Breakdown(model, hooks, prefetcher, base), ssu
+    return host_breakdown.Breakdown(model, hooks, prefetcher, base, (once_hooks, once)), ssu
 
 
 def test_every_step_runs_against_todays_runner_hooks(cpu_breakdown):
@@ -88,13 +92,13 @@ def test_every_step_runs_against_todays_runner_hooks(cpu_breakdown):
         ssu.seeds.clear()
         step()
         assert len(ssu.seeds) == LAYERS, name
-        if name == "design":
+        if name in ("design", "checked_once"):
             # The design's seeds are the prefetched ones, all of them consumed.
-            drawn = parts.prefetcher.prefetch._eager_buffer.whole.tolist()
-            assert ssu.seeds == drawn
+            prefetch = (parts.prefetcher if name == "design" else parts.checked_once[1]).prefetch
+            assert ssu.seeds == prefetch._eager_buffer.whole.tolist(), name
         if name in ("floor", "floor_rng", "capture_check", "stream_check", "draw"):
             assert ssu.seeds == [0] * LAYERS, name
-    assert parts.hooks.current is None
+    assert parts.hooks.current is None and parts.checked_once[0].current is None
 
 
 def test_measure_and_table_on_a_made_up_clock(cpu_breakdown):
@@ -105,7 +109,7 @@ def test_measure_and_table_on_a_made_up_clock(cpu_breakdown):
     lines = host_breakdown.table(samples, resamples=50)
     assert len(lines) == 2 + len(steps)
     assert lines[2].startswith("| floor (fixed seed) | 100.0 [100.0, 100.0] | 0.0 |")
-    assert lines[-1].endswith("| +0.0 [+0.0, +0.0] |")
+    assert lines[-1].endswith("| +0.0 [+0.0, +0.0] | 1.000 |")
 
 
 def test_main_says_why_it_cannot_run(monkeypatch, capsys):
