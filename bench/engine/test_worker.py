@@ -472,7 +472,9 @@ def test_outside_graph_replays_are_timed_from_before_their_draw(
     capturing = [False]
     monkeypatch.setattr(worker, "open_replay_early", lambda: events.append("open"))
     monkeypatch.setattr(worker, "close_replay_early", lambda: events.append("close"))
-    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: capturing[0])
+    from runner_hooks.core import prefetch as core
+
+    monkeypatch.setattr(core, "_is_capturing", lambda: capturing[0])
     prefetcher = worker._replay_spans_from_the_draw(Prefetcher())
     prefetcher._begin(None, True)
     prefetcher._end()

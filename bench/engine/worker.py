@@ -226,13 +226,14 @@ def _bench_prefetcher(prefetch: Any, *, name: str) -> Any:
 def _replay_spans_from_the_draw(prefetcher: Any) -> Any:
     """`prefetcher` (bench.outside_graph's), whose FULL forwards outside a capture
     start the timing's replay span before their eager draw (spans.open_replay_early):
-    the draw replaces stock's in-graph ones, so the span must hold it."""
-    import torch
+    the draw replaces stock's in-graph ones, so the span must hold it.  The capture
+    test is the one its draw makes (OutsideGraphPrefetch.schedule_outside)."""
+    from runner_hooks.core import prefetch as core
 
     begin, end = prefetcher._begin, prefetcher._end
 
     def timed_begin(count: int | None, full_cudagraph: bool) -> None:
-        if full_cudagraph and not torch.cuda.is_current_stream_capturing():
+        if full_cudagraph and not core._is_capturing():
             open_replay_early()
         begin(count, full_cudagraph)
 
