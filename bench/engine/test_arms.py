@@ -47,6 +47,18 @@ def test_worker_environment_lets_the_arm_win() -> None:
     assert stock["PYTHONPATH"].endswith(os.pathsep + "/s")
 
 
+def test_each_vllm_copy_has_its_own_flashinfer_workspace(monkeypatch) -> None:
+    """Engines of one copy share FlashInfer's JIT builds; another copy's never reach them
+    (FlashInfer would rebuild them for its own sources' path)."""
+    monkeypatch.setenv("FLASHINFER_WORKSPACE_BASE", "/shared")  # the caller's, one for all
+    common = dict(sites={"stock": "/s", "reset": "/r"}, gpu="0", cache_root=Path("/c"))
+    stock = client.environment(STOCK, Runner.V1, **common)["FLASHINFER_WORKSPACE_BASE"]
+    floor = client.environment(BY_NAME["floor"], Runner.V2, **common)["FLASHINFER_WORKSPACE_BASE"]
+    reset = client.environment(BY_NAME["reset"], Runner.V1, **common)["FLASHINFER_WORKSPACE_BASE"]
+    assert stock == floor == str(Path("/c/flashinfer-stock"))
+    assert reset == str(Path("/c/flashinfer-reset"))
+
+
 def test_every_arms_variant_exists() -> None:
     from bench.drawers import drawer_factory
     from bench.sync import resolve_sync_plan
