@@ -134,6 +134,32 @@ def test_a_moved_site_is_refused_in_one_line(
     assert not finders()
 
 
+@pytest.mark.parametrize("version", VERSIONS)
+def test_every_release_refuses_each_attach_point_that_moved(version: str, tmp_path: Path) -> None:
+    """In each release, every file the plugin edits, its call sites gone (the file
+    emptied), is refused by name, and so is the file missing."""
+    release = releases.get(version)
+    root = release_root(tmp_path / "site", release)
+    edited = [
+        fo.path
+        for fo in targets.file_operations(Design.RESET, release, setup_py_present=False)
+        if fo.path != envs_target.PATH
+    ]
+    assert edited
+    for path in edited:
+        file = root / path
+        text = file.read_bytes()
+        file.write_text("")
+        with pytest.raises(plugin.SiteMoved) as refused:
+            plugin.attachment(root)
+        assert path in str(refused.value) and "\n" not in str(refused.value)
+        file.unlink()
+        with pytest.raises(plugin.SiteMoved, match="is missing"):
+            plugin.attachment(root)
+        file.write_bytes(text)
+    assert plugin.attachment(root).release is release
+
+
 def test_a_missing_file_is_refused(root_033: Path) -> None:
     (root_033 / "vllm/v1/worker/gpu_model_runner.py").unlink()
     with pytest.raises(plugin.SiteMoved, match=r"gpu_model_runner\.py is missing"):
