@@ -245,6 +245,8 @@ def test_server_environment_per_arm(monkeypatch: pytest.MonkeyPatch) -> None:
     assert env["VLLM_CACHE_ROOT"] == "/c/serve-reset-v2"
     stock = server.environment(BY_NAME["stock"], Runner.V1, "/site", _settings())
     assert "VLLM_MAMBA_SR_SEED_PREFETCH" not in stock or stock["VLLM_MAMBA_SR_SEED_PREFETCH"] != "1"
+    assert env["FLASHINFER_WORKSPACE_BASE"] == "/c/flashinfer-reset"
+    assert stock["FLASHINFER_WORKSPACE_BASE"] == "/c/flashinfer-stock"
 
 
 def test_bench_arguments_and_summary() -> None:
