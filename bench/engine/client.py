@@ -60,13 +60,17 @@ def environment(
         # One compile cache per engine: engines that start side by side
         # must not write the same entries at once.
         VLLM_CACHE_ROOT=str(cache_root / f"{arm.name}-{runner.value}-gpu{gpu.replace(',', '-')}"),
-        # One FlashInfer JIT workspace per vLLM copy: FlashInfer writes its own
-        # package's path into each kernel's ninja file and builds under one lock
-        # per workspace, so copies sharing one rebuild each other's SSU kernel,
-        # one engine at a time, inside the first FULL graph capture.
-        FLASHINFER_WORKSPACE_BASE=str(cache_root / f"flashinfer-{arm.site}"),
+        FLASHINFER_WORKSPACE_BASE=flashinfer_workspace(cache_root, arm),
     )
     return env
+
+
+def flashinfer_workspace(cache_root: Path, arm: Arm) -> str:
+    """The FlashInfer JIT workspace of the arm's vLLM copy, one per copy: FlashInfer
+    writes its own package's path into each kernel's ninja file and builds under one
+    lock per workspace, so copies sharing one rebuild each other's SSU kernel, one
+    engine at a time, inside the first FULL graph capture."""
+    return str(cache_root / f"flashinfer-{arm.site}")
 
 
 @dataclass

@@ -26,6 +26,7 @@ from bench.engine.arms import (
     Runner,
     compilation_config,
 )
+from bench.engine.client import flashinfer_workspace
 from bench.engine.envs import ARM_ENV
 from bench.engine.envs import TORCH_DETERMINISTIC_ENV as ENGINE_TORCH_DETERMINISTIC_ENV
 
@@ -141,9 +142,7 @@ def environment(arm: Arm, runner: Runner, site: str, settings: Settings) -> dict
         VLLM_USE_FLASHINFER_SAMPLER="0",
         VLLM_ENABLE_V1_MULTIPROCESSING="1",
         VLLM_CACHE_ROOT=f"{cache_root}/serve-{arm.name}-{runner.value}",
-        # As the engine harness's (bench/engine/client.py): servers of two vLLM copies
-        # sharing one FlashInfer workspace rebuild each other's SSU kernel at start.
-        FLASHINFER_WORKSPACE_BASE=f"{cache_root}/flashinfer-{arm.site}",
+        FLASHINFER_WORKSPACE_BASE=flashinfer_workspace(Path(cache_root), arm),
         VLLM_NO_USAGE_STATS="1",
         PYTHONUNBUFFERED="1",
         **{ARM_ENV: arm.name, WEIGHTS_WORKER_ENV: settings.weights},
