@@ -41,6 +41,16 @@ def release_root(root: Path, release: releases.Release) -> Path:
     return root
 
 
+def edited_paths(release: releases.Release) -> list[str]:
+    """The files the plugin serves edited in `release`: the file patch's, but envs.py
+    (register() adds its variable)."""
+    return [
+        fo.path
+        for fo in targets.file_operations(Design.RESET, release, setup_py_present=False)
+        if fo.path != envs_target.PATH
+    ]
+
+
 @pytest.fixture
 def root_033(tmp_path: Path) -> Path:
     return release_root(tmp_path / "site", releases.NEWEST)
@@ -97,11 +107,7 @@ def test_every_release_serves_what_apply_writes(
     root = release_root(tmp_path / "site", release)
     found = plugin.attachment(root)
     assert found.release is release and found.version == version
-    edited = [
-        fo.path
-        for fo in targets.file_operations(Design.RESET, release, setup_py_present=False)
-        if fo.path != envs_target.PATH
-    ]
+    edited = edited_paths(release)
     added = list(vendor.vendored_files(Design.RESET))
     assert sorted(found.modules) == sorted(module_name(path) for path in edited + added)
     status, out = run(capsys, "apply", root)  # the file patch, on the same files
@@ -140,11 +146,7 @@ def test_every_release_refuses_each_attach_point_that_moved(version: str, tmp_pa
     emptied), is refused by name, and so is the file missing."""
     release = releases.get(version)
     root = release_root(tmp_path / "site", release)
-    edited = [
-        fo.path
-        for fo in targets.file_operations(Design.RESET, release, setup_py_present=False)
-        if fo.path != envs_target.PATH
-    ]
+    edited = edited_paths(release)
     assert edited
     for path in edited:
         file = root / path
