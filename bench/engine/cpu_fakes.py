@@ -36,6 +36,8 @@ class QuickWorker:
         self.calls.append((self.name, op, args))
         if op == "profile":
             return {"steps": args["steps"], "kernels": [["k", 1.0, 2.0]]}
+        if op == "autotune":
+            return {"picks": [{}]}
         return {"start_s": 1.0} if op == "start" else {"step_s": 3e-3}
 
     def engagement(self) -> list[str]:
@@ -195,6 +197,8 @@ class FakeInstance:
             raise WorkerError(f"{self.name}: no kernel")
         if op == "start":
             return {"start_s": 1.0}
+        if op == "autotune":
+            return {"picks": [{}]}
         offset = self.n * 1e-6
         return {"forward_gpu_s": 5e-3 + offset, "replay_s": 1e-3 + offset, "instance": self.n}
 

@@ -573,8 +573,9 @@ def start_markdown(timing: dict[str, Any]) -> str:
             continue
         out.append(
             f"\n**{runner}**: each engine's `start` call (s), engines in order; the "
-            "engines of a round start side by side, so each figure holds the others' "
-            "contention, and a first engine compiles where its arm's cache is new\n"
+            "run's first engine starts alone, the others of a round side by side, so "
+            "each figure holds the others' contention, and a first engine compiles where "
+            "its arm's cache is new\n"
         )
         out.append("| arm | engines | start (s) |")
         out.append("| --- | --- | --- |")
@@ -582,6 +583,39 @@ def start_markdown(timing: dict[str, Any]) -> str:
             each = [starts[arm][engine] for engine in sorted(starts[arm])]
             out.append(f"| {arm} | {len(each)} | {', '.join(f'{s:.1f}' for s in each)} |")
     return "\n".join(out) + "\n" if out else ""
+
+
+def autotune_markdown(timing: dict[str, Any]) -> str:
+    """Whether every engine ran the same Triton autotuning picks of the Mamba kernels
+    (timing.run's "autotune", per run where runs were merged); "" for runs before
+    they were kept."""
+    runs = [timing, *timing.get("runs", [])]
+    kept = [run["autotune"] for run in runs if "autotune" in run]
+    if not kept:
+        return ""
+    engines = [engine for part in kept for engine in timing_module.by_rank(part["picks"])]
+    picked = {
+        (kernel, key)
+        for part in kept
+        for picks in timing_module.by_rank(part["picks"]).values()
+        for kernel, per_key in picks.items()
+        for key in per_key
+    }
+    differing = {name: seen for part in kept for name, seen in part["differences"].items()}
+    unread = [engine for part in kept for engine, p in part["picks"].items() if "error" in p]
+    out = [
+        f"\n{len(picked)} kernel and tuning-key pairs in {len(engines)} engine ranks "
+        + ("all picked alike.\n" if not differing else f"{len(differing)} picked otherwise:\n")
+    ]
+    if differing:
+        out += ["| kernel[key] | pick | engines |", "| --- | --- | --- |"]
+        for name, seen in sorted(differing.items()):
+            for pick in sorted(set(seen.values())):
+                which = sorted(engine for engine, p in seen.items() if p == pick)
+                out.append(f"| {name} | {pick} | {', '.join(which)} |")
+    if unread:
+        out.append(f"\nPicks not read (the engine's reply failed): {', '.join(sorted(unread))}.")
+    return "\n".join(out) + "\n"
 
 
 def merge_timing(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -696,6 +730,8 @@ def main(argv: list[str] | None = None) -> int:
             parts.append("## Engines per arm\n" + engines)
         if starts := start_markdown(timing):
             parts.append("## Engine start per arm\n" + starts)
+        if picks := autotune_markdown(timing):
+            parts.append("## Triton autotuning picks of the Mamba kernels\n" + picks)
         if ranks := rank_markdown(timing):
             parts.append("## Replay per TP rank\n" + ranks)
         if any(result.get("profile") for result in timing["runners"].values()):

@@ -373,3 +373,26 @@ def test_engine_start_per_arm_is_read_off_the_samples() -> None:
     assert "| reset | 2 | 161.5, 30.4 |" in text and "| stock | 2 | 150.2, 31.0 |" in text
     old = {"1": {"stock": [row], "reset": [row]}}
     assert report.start_markdown({"runners": {"v1": {"samples": old}}}) == ""
+
+
+def test_the_report_says_whether_every_engine_picked_alike() -> None:
+    same = {"ssd_bmm.k": {"(128,)": "BLOCK: 32"}, "ssd_chunk_scan.k": {"(1,)": "W: 4"}}
+    timing = {
+        "runners": {},
+        "autotune": {
+            "picks": {"stock/v1/0": [same], "reset/v1/0": [same], "floor/v1/0": {"error": "x"}},
+            "differences": {},
+        },
+    }
+    text = report.autotune_markdown(timing)
+    assert "2 kernel and tuning-key pairs in 2 engine ranks all picked alike." in text
+    assert "Picks not read (the engine's reply failed): floor/v1/0." in text
+    timing["autotune"]["differences"] = {
+        "ssd_bmm.k[(128,)]": {"stock/v1/0/rank0": "BLOCK: 32", "reset/v1/0/rank0": "BLOCK: 64"}
+    }
+    text = report.autotune_markdown(timing)
+    assert "1 picked otherwise:" in text
+    assert "| ssd_bmm.k[(128,)] | BLOCK: 64 | reset/v1/0/rank0 |" in text
+    assert report.autotune_markdown({"runners": {}}) == ""
+    merged = {"runners": {}, "runs": [{"autotune": timing["autotune"]}]}
+    assert "1 picked otherwise:" in report.autotune_markdown(merged)

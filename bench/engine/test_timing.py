@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -109,6 +110,8 @@ def test_timing_run_measures_runners_in_turn(tmp_path: Path) -> None:
                 raise WorkerError(f"{self.name}: no kernel")
             if op == "start":
                 return {"start_s": 1.0}
+            if op == "autotune":
+                return {"picks": [{}]}
             saved = 1e-4 if self.name.startswith("reset") else 0.0
             return {"step_s": 3e-3 - saved, "forward_s": 2e-3 - saved, "forwards": 8}
 
@@ -181,7 +184,7 @@ def test_the_timing_starts_its_serving_and_times_its_workload(
     data, _ = timing.run(settings, plan, spawn=quick_spawn(calls))
     starts = [(args["serving"], args["step_tokens"]) for _, op, args in calls if op == "start"]
     assert set(starts) == {(serving, step_tokens)}
-    assert {op for _, op, _ in calls if op != "start"} == {workload}
+    assert {op for _, op, _ in calls if op not in ("start", "autotune")} == {workload}
     saved = json.loads((tmp_path / f"timing{plan.tag}.json").read_text())
     assert (
         (saved["serving"], saved["workload"]) == (serving, workload) == (data["serving"], workload)
@@ -285,3 +288,40 @@ def test_the_rounds_per_engine_from_env(monkeypatch: pytest.MonkeyPatch) -> None
             ValueError, match="SR_ENGINE_ROUNDS_PER_ENGINE takes a number of rounds"
         ):
             timing.Plan.from_env()
+
+
+def test_the_first_engine_starts_alone_and_every_engines_picks_are_kept(tmp_path: Path) -> None:
+    """Engine 0's first start ends before any other begins (its Triton autotuning is
+    every later engine's); each engine's picks are recorded, and an engine that picked
+    otherwise is named in the differences."""
+    events: list[tuple[str, str]] = []
+
+    class Picking(QuickWorker):
+        def call(self, op: str, **args: object) -> dict:
+            if op == "start":
+                events.append(("begin", self.name))
+                time.sleep(0.05)  # side by side, the others would begin meanwhile
+                events.append(("end", self.name))
+            if op == "autotune":
+                block = 64 if self.name == "floor/v2" else 32
+                return {"picks": [{"ssd_bmm._bmm_chunk_fwd_kernel": {"(128,)": f"BLOCK: {block}"}}]}
+            return super().call(op, **args)
+
+    def spawn(pairs, settings, tag, extra_env):
+        return {(a.name, r.value): Picking(f"{a.name}/{r.value}", []) for a, r in pairs}
+
+    plan = timing.Plan(rounds=2, batch_sizes=(1,), rounds_per_engine=1)
+    data, _ = timing.run(timing_settings(tmp_path), plan, spawn=spawn)
+    assert events[:2] == [("begin", "stock/v1"), ("end", "stock/v1")]
+    picks = data["autotune"]["picks"]
+    assert set(picks) == {
+        f"{a}/{r}/{e}" for a in ("stock", "floor") for r in ("v1", "v2") for e in (0, 1)
+    }
+    assert data["autotune"]["differences"] == {
+        "ssd_bmm._bmm_chunk_fwd_kernel[(128,)]": {
+            f"{a}/{r}/{e}/rank0": "BLOCK: 64" if (a, r) == ("floor", "v2") else "BLOCK: 32"
+            for a in ("stock", "floor")
+            for r in ("v1", "v2")
+            for e in (0, 1)
+        }
+    }

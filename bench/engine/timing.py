@@ -31,9 +31,11 @@ step_s and forward_s carry the host's time (a decode step is host-bound:
 the GPU waits on the host inside execute_model), with IQRs of hundreds of µs;
 replay_s resolves µs (bench/results/engine-harness-history.md).  The engines
 run with arms.DETERMINISTIC_ENV and, compiled, Inductor's deterministic mode
-(arms.compilation_config), as the identity check's do: every arm runs the
-same compiled kernels, so a difference between arms is not a different
-autotuning pick.
+(arms.compilation_config), as the identity check's do, and the run's first
+engine starts alone, so that every later one reads its Triton autotuning picks
+(autotune.py): every arm runs the same compiled kernels, so a difference
+between arms is not a different autotuning pick; timing.json's "autotune"
+shows each engine's picks.
 Each round takes one sample of every (arm, batch size) of one runner, in an
 order shuffled by `random.Random(seed, runner, round)`, so drift over the
 run falls on every arm alike and no arm keeps the same neighbour. Intervals
@@ -60,6 +62,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import stats
+from . import autotune
 from .arms import (
     BATCH_SIZES,
     DETERMINISTIC_ENV,
@@ -347,6 +350,17 @@ def runner_result(samples: Samples, runner: str) -> dict[str, Any]:
     }
 
 
+def by_rank(picks: Mapping[str, Sequence[Any]]) -> dict[str, Any]:
+    """arm/runner/engine -> [each rank's picks], as engine/rank<r> -> that rank's picks
+    (an engine whose picks could not be read, {"error": ...}, is left out)."""
+    return {
+        f"{engine}/rank{rank}": picked
+        for engine, ranks in picks.items()
+        if isinstance(ranks, list)
+        for rank, picked in enumerate(ranks)
+    }
+
+
 FIGURES = {
     "step": "step_s",
     "forward": "forward_s",
@@ -371,10 +385,15 @@ def run(
     # (arm, runner, engine) -> the seconds its start call took; every sample of that
     # engine carries it (start_s).  The engines of a start_all start side by side.
     start_s: dict[tuple[str, str, int], float] = {}
+    # (arm/runner/engine) -> each rank's Triton autotuning picks after its start.
+    picks: dict[str, Any] = {}
 
     def start_all(started: list[tuple[Arm, Runner]], engine: int) -> None:
-        # Every engine starts at once (kv_cache_memory_bytes skips vLLM's
-        # memory profiling, so engines on one GPU can); a failure is recorded.
+        # The engines start at once (kv_cache_memory_bytes skips vLLM's memory
+        # profiling, so engines on one GPU can); a failure is recorded.  The
+        # run's first start leads alone: the Mamba-2 SSD kernels it autotunes in
+        # its profile run are every later engine's, read from Triton's cache
+        # (autotune.py), and not picked under the others' load.
         def start(pair: tuple[Arm, Runner]) -> None:
             arm, runner = pair
             worker = workers[arm.name, runner.value]
@@ -392,9 +411,18 @@ def run(
             except Exception as error:
                 which = f"engine {engine}: " if engine else ""
                 failed[f"{arm.name}/{runner.value}"] = f"{which}{type(error).__name__}: {error}"
+                return
+            # A diagnosis, as the profile: its failure leaves the engine measured.
+            try:
+                picks[f"{arm.name}/{runner.value}/{engine}"] = worker.call("autotune")["picks"]
+            except WorkerError as error:
+                picks[f"{arm.name}/{runner.value}/{engine}"] = {"error": str(error)}
 
-        with ThreadPoolExecutor(max_workers=max(1, len(started))) as pool:
-            list(pool.map(start, started))
+        leader, rest = (started[:1], started[1:]) if engine == 0 else ([], started)
+        for pair in leader:
+            start(pair)
+        with ThreadPoolExecutor(max_workers=max(1, len(rest))) as pool:
+            list(pool.map(start, rest))
 
     def restart(runner: Runner, up: Sequence[str], engine: int) -> list[str]:
         """Closes the runner's engines of the arms `up` and starts new ones,
@@ -452,11 +480,10 @@ def run(
         }
 
     try:
-        # The figures are of decode graph replays, whose kernels no start picks
-        # by timing: Inductor's are deterministic (compilation_config), and the
-        # Triton autotuning of a start is of the prefill kernels.  The runners
-        # are measured one after the other, so that one's host work does not
-        # add to the other's spread.
+        # No kernel is picked by timing per arm: Inductor's are deterministic
+        # (compilation_config), and the Triton autotuning of the prefill kernels
+        # is the first engine's (start_all).  The runners are measured one after
+        # the other, so that one's host work does not add to the other's spread.
         start_all(pairs, 0)
         results = {runner.value: measure(runner) for runner in settings.runners}
     except BaseException:
@@ -471,6 +498,7 @@ def run(
         "mode": GraphMode.FULL_AND_PIECEWISE.value,
         "serving": plan.serving,
         "workload": plan.workload,
+        "autotune": {"picks": picks, "differences": autotune.differences(by_rank(picks))},
     }
     write_json(settings.out / f"timing{plan.tag}.json", data)
     return data, workers

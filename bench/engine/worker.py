@@ -27,6 +27,8 @@ replies do not go there):
     {"op": "profile", "bs": 1, "steps": 24, "warm": 4}  rank 0's GPU kernels of those
                                                     decode steps (torch.profiler), per step
                                                     ("workload": "mixed": of mixed steps)
+    {"op": "autotune"}                              every rank's Triton autotuning picks
+                                                    of the Mamba kernels (autotune.py)
     {"op": "quit"}
 """
 
@@ -45,7 +47,7 @@ import traceback
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from . import arms, model
+from . import arms, autotune, model
 from .arms import GraphMode, Perturb
 from .envs import ARM_ENV, LLM_KWARGS_ENV, TORCH_DETERMINISTIC_ENV
 from .spans import (
@@ -322,6 +324,10 @@ def by_rank(replies: Sequence[tuple[int, Any]], tp: int) -> list[Any]:
     return [value for _, value in sorted(replies, key=lambda reply: reply[0])]
 
 
+def _rank_picks(worker: Any) -> dict[str, dict[str, str]]:
+    return autotune.picks()
+
+
 def _init_weights(worker: Any) -> int:
     """model.init_weights on this rank's shard, from a seed of the rank's own
     (WEIGHT_SEED at rank 0, as at TP 1): ranks hold different weights."""
@@ -360,6 +366,10 @@ class Engine:
         counts = self._each_rank(_init_weights)
         self.timed = False
         return {"start_s": time.perf_counter() - began, "parameters": counts[0]}
+
+    def autotune_picks(self) -> dict:
+        """Every rank's Triton autotuning picks of the Mamba kernels (autotune.picks)."""
+        return {"picks": self._each_rank(_rank_picks)}
 
     def block_size(self) -> int:
         """The engine's KV-cache block in tokens (under prefix caching in align
@@ -677,6 +687,8 @@ def main(argv: list[str] | None = None) -> int:
                 reply = engine.mixed(**command)
             elif op == "profile":
                 reply = engine.profile(**command)
+            elif op == "autotune":
+                reply = engine.autotune_picks()
             else:
                 raise ValueError(f"unknown op {op!r}")
             reply = {"ok": True, **reply}
