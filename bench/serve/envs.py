@@ -21,6 +21,7 @@ INPUT_LEN_ENV = "SR_SERVE_INPUT_LEN"
 OUTPUT_LEN_ENV = "SR_SERVE_OUTPUT_LEN"
 LONG_ENV = "SR_SERVE_LONG"
 LONG_PAIRS_ENV = "SR_SERVE_LONG_PAIRS"
+BLOCKS_ENV = "SR_SERVE_BLOCKS"
 WARMUPS_ENV = "SR_SERVE_WARMUPS"
 IDENTITY_ENV = "SR_SERVE_IDENTITY"
 KV_CACHE_DTYPE_ENV = "SR_SERVE_KV_CACHE_DTYPE"
@@ -46,14 +47,14 @@ VARIABLES: tuple[Variable, ...] = (
     Variable(
         ARMS_ENV,
         "stock,reset,forward-context",
-        "the measured arms, in each pair's order (stock first: it leads the Triton autotuning "
-        "cache)",
+        "the measured arms, in each round's start order (stock first: it leads the Triton "
+        "autotuning cache); their servers stay up together through the round",
         "settings.py",
     ),
     Variable(
         PAIRS_ENV,
         "2",
-        "back-to-back rounds of all arms (1..N); a resumed run adds the rounds it lacks",
+        "rounds (1..N), each on fresh servers of all arms; a resumed run adds the rounds it lacks",
         "settings.py",
     ),
     Variable(
@@ -92,7 +93,15 @@ VARIABLES: tuple[Variable, ...] = (
         "settings.py",
     ),
     Variable(LONG_PAIRS_ENV, "all", "the rounds that run the long shape (e.g. 1)", "settings.py"),
-    Variable(WARMUPS_ENV, "2", "vllm bench serve --num-warmups before each shape", "settings.py"),
+    Variable(
+        BLOCKS_ENV,
+        "4",
+        "vllm bench serve runs per arm and shape in a round, one block after another, each "
+        "block over the arms' resident servers in turn: stock, reset, forward-context, then "
+        "reversed, ... (1 or more)",
+        "settings.py",
+    ),
+    Variable(WARMUPS_ENV, "2", "vllm bench serve --num-warmups before each block", "settings.py"),
     Variable(
         IDENTITY_ENV,
         "1",
@@ -118,7 +127,8 @@ VARIABLES: tuple[Variable, ...] = (
     Variable(
         KV_CACHE_BYTES_ENV,
         "17179869184",
-        "--kv-cache-memory-bytes (skips vLLM's memory profiling)",
+        "--kv-cache-memory-bytes of every server (the KV cache's size; the round's resident "
+        "servers each hold one)",
         "settings.py",
     ),
     Variable(
@@ -137,8 +147,9 @@ VARIABLES: tuple[Variable, ...] = (
     Variable(
         BUDGET_ENV,
         "none",
-        "seconds this run may take: no server starts that the slowest start so far would not "
-        "fit in",
+        "seconds this run may take: a round's servers start only where the slowest start so "
+        "far (times the servers) and a block fit, a block only where the slowest block so far "
+        "fits",
         "run.py",
     ),
     Variable(

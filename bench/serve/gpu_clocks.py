@@ -1,5 +1,5 @@
 """The GPUs' SM clock, power, temperature and utilization, sampled by `nvidia-smi` (read
-only) while a shape runs: what a difference between two servers of one arm may come from."""
+only) while a block runs: what a difference between two blocks may come from."""
 
 from __future__ import annotations
 

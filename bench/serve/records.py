@@ -1,6 +1,16 @@
-"""The serve run's records: one cell per (runner, round, arm) server, each with its
-parts (the identity record, each shape's figures, the engagement lines), kept in a
-JSON file that a run cut off by a time limit resumes from (SR_SERVE_RESUME)."""
+"""The serve run's records: one cell per (runner, round, arm), each with its parts (the
+identity record, each shape's blocks of figures, the engagement lines) and its
+server's starts (`starts`, seconds to /health; a resumed round starts its servers
+again), kept in a JSON file that a run cut off by a time limit resumes from
+(SR_SERVE_RESUME).
+
+A shape's entry is {"blocks": [...], "shape": ..., "argv": ...}: one kept dict per
+`vllm bench serve` run (bench_client.summary, with `block` its index, `slot` its arm's
+place in that block's order, `start` the index in `starts` of the server that ran it,
+and `gpus` and `host` where sampled), in block order; `argv` is the latest block's
+(blocks differ in --port and the result file only).  An entry without "blocks" (a
+run of the one-server-at-a-time layout) reads as block 0 (blocks_of).
+"""
 
 from __future__ import annotations
 
@@ -60,12 +70,44 @@ def committed_text(data: dict[str, Any]) -> str:
     )
 
 
+def blocks_of(entry: dict[str, Any]) -> list[dict[str, Any]]:
+    """A shape entry's blocks; an entry without "blocks" is one block, block 0."""
+    if "blocks" in entry:
+        return entry["blocks"]
+    return [{**{k: v for k, v in entry.items() if k not in ("shape", "argv")}, "block": 0}]
+
+
+def starts_of(cell: dict[str, Any]) -> list[float]:
+    """Each start's seconds to /health (a cell without `starts` has one, in `start_s`)."""
+    return cell.get("starts", [cell["start_s"]] if "start_s" in cell else [])
+
+
+def add_block(
+    cell: dict[str, Any], shape: str, kept: dict[str, Any], extra: dict[str, Any]
+) -> None:
+    """kept (with its `block`) in the cell's shape entry, in block order; extra (the
+    entry's shape and argv) replaces the entry's."""
+    entry = cell.setdefault("bench", {}).setdefault(shape, {"blocks": []})
+    entry["blocks"] = sorted(
+        [b for b in entry["blocks"] if b["block"] != kept["block"]] + [kept],
+        key=lambda b: b["block"],
+    )
+    entry.update(extra)
+
+
 def missing(
-    cell: dict[str, Any] | None, shapes: tuple[Shape, ...], identity: bool
-) -> tuple[bool, list[Shape]]:
-    """What a cell still lacks: the identity record (where wanted) and the shapes
-    without figures; a part that failed counts as missing."""
+    cell: dict[str, Any] | None, shapes: tuple[Shape, ...], identity: bool, blocks: int
+) -> tuple[bool, dict[str, list[int]]]:
+    """What a cell still lacks: the identity record (where wanted) and, per shape with
+    any, the blocks (indices 0..blocks-1) without figures; a part that failed counts
+    as missing."""
     cell = cell or {}
     need_identity = identity and "identity" not in cell
-    done = cell.get("bench", {})
-    return need_identity, [s for s in shapes if s.name not in done]
+    todo = {}
+    for shape in shapes:
+        entry = cell.get("bench", {}).get(shape.name)
+        done = {b["block"] for b in blocks_of(entry)} if entry else set()
+        lacking = [b for b in range(blocks) if b not in done]
+        if lacking:
+            todo[shape.name] = lacking
+    return need_identity, todo

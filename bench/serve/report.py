@@ -1,24 +1,29 @@
 """A serve run's records as markdown: the settings and server command, the identity
 verdicts (judge.py), and per runner and shape each arm's figures from `vllm bench
-serve`, pooled over rounds, with each round's change against stock (the spread).
+serve`: its mean over all blocks and rounds, and its change against stock per block
+pair (each block against stock's block of the same round and index, which ran next to
+it in the rotation): the median, min..max and count of those changes; then each
+server's ITL p50 block by block, so that a change of pace shows.
 
     python -m bench.serve.report RECORDS.json --prefix PREFIX
 
 writes PREFIX.md and PREFIX.serve.json (the records, the judged form) and prints the
 markdown; PREFIX names the run in the results folder of bench, as its engine runs do
-(serve-<GPU>-<date>).
+(serve-<GPU>-<date>).  Records of the one-server-at-a-time layout read as one block
+per shape and round.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 from pathlib import Path
 from typing import Any
 
 from . import judge, records
-from .records import parse_key
+from .records import blocks_of, parse_key, starts_of
 
 METRICS = (
     ("median_itl_ms", "ITL p50 (ms)", -1),
@@ -36,13 +41,17 @@ METRICS = (
 )
 
 
-def figures(data: dict[str, Any]) -> dict[tuple[str, str, str], dict[int, dict[str, Any]]]:
-    """(runner, shape, arm) -> {round: the shape's figures}."""
-    out: dict[tuple[str, str, str], dict[int, dict[str, Any]]] = {}
+Blocks = dict[int, list[dict[str, Any]]]
+"""round -> the blocks of one arm's shape in that round."""
+
+
+def figures(data: dict[str, Any]) -> dict[tuple[str, str, str], Blocks]:
+    """(runner, shape, arm) -> {round: the shape's blocks}."""
+    out: dict[tuple[str, str, str], Blocks] = {}
     for key, cell in data["cells"].items():
         runner, pair, arm = parse_key(key)
-        for shape, kept in cell.get("bench", {}).items():
-            out.setdefault((runner, shape, arm), {})[pair] = kept
+        for shape, entry in cell.get("bench", {}).items():
+            out.setdefault((runner, shape, arm), {})[pair] = blocks_of(entry)
     return out
 
 
@@ -54,34 +63,74 @@ def _pct(x: float) -> str:
     return f"{x:+.1f} %"
 
 
-def shape_table(rows: dict[str, dict[int, dict[str, Any]]], arms: list[str]) -> list[str]:
-    """One shape's table: per metric, stock's pooled mean, each arm's pooled mean, its
-    pooled change and every round's change (the spread)."""
+def values(rounds: Blocks, name: str) -> list[float]:
+    return [b[name] for blocks in rounds.values() for b in blocks if name in b]
+
+
+def paired(arm: Blocks, stock: Blocks, name: str) -> list[float]:
+    """The arm's change against stock per block pair: each of its blocks against stock's
+    block of the same round and index (pairs without a finite change left out)."""
+    out = []
+    for pair, blocks in sorted(arm.items()):
+        base = {b["block"]: b[name] for b in stock.get(pair, []) if name in b}
+        for block in sorted(blocks, key=lambda b: b["block"]):
+            if name in block and block["block"] in base:
+                out.append(change(block[name], base[block["block"]]))
+    return [c for c in out if not math.isnan(c)]
+
+
+def shape_table(rows: dict[str, Blocks], arms: list[str]) -> list[str]:
+    """One shape's table: per metric, stock's mean over its blocks and rounds, and each
+    arm's mean with its paired changes against stock (median; min..max; pairs)."""
     stock = rows.get("stock", {})
-    head = ["metric", "stock"] + [f"{a} (pooled; per round)" for a in arms if a != "stock"]
-    lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+    head = ["metric", "stock"] + [a for a in arms if a != "stock"]
+    lines = [
+        "Each arm: mean over blocks and rounds (change against stock's block of the same "
+        "round and index: median; min..max; pairs).",
+        "",
+        "| " + " | ".join(head) + " |",
+        "|" + " --- |" * len(head),
+    ]
     for name, label, _ in METRICS:
-        base_rounds = {p: f[name] for p, f in stock.items() if name in f}
-        if not base_rounds:
+        base = values(stock, name)
+        if not base:
             continue
-        base = statistics.fmean(base_rounds.values())
-        cells = [label, f"{base:.4g}"]
+        cells = [label, f"{statistics.fmean(base):.4g}"]
         for arm in arms:
             if arm == "stock":
                 continue
-            arm_rounds = {p: f[name] for p, f in rows.get(arm, {}).items() if name in f}
-            if not arm_rounds:
+            own = values(rows.get(arm, {}), name)
+            if not own:
                 cells.append("-")
                 continue
-            pooled = statistics.fmean(arm_rounds.values())
-            per = [
-                _pct(change(v, base_rounds[p]))
-                for p, v in sorted(arm_rounds.items())
-                if p in base_rounds
-            ]
-            cells.append(f"{pooled:.4g} ({_pct(change(pooled, base))}; {', '.join(per) or '-'})")
+            changes = paired(rows.get(arm, {}), stock, name)
+            spread = (
+                f"{_pct(statistics.median(changes))}; {min(changes):+.1f}..{max(changes):+.1f} "
+                f"%; {len(changes)}"
+                if changes
+                else "no pairs"
+            )
+            cells.append(f"{statistics.fmean(own):.4g} ({spread})")
         lines.append("| " + " | ".join(cells) + " |")
     return lines
+
+
+def phase_lines(rows: dict[str, Blocks], arms: list[str]) -> list[str]:
+    """Per server (round, arm, start), its blocks' ITL p50 in block order."""
+    lines = []
+    for pair in sorted({p for arm_rounds in rows.values() for p in arm_rounds}):
+        for arm in arms:
+            servers: dict[int, list[dict[str, Any]]] = {}
+            for block in rows.get(arm, {}).get(pair, []):
+                servers.setdefault(block.get("start", 0), []).append(block)
+            for start, blocks in sorted(servers.items()):
+                itl = ", ".join(
+                    f"b{b['block']} {b['median_itl_ms']:.3f}"
+                    for b in sorted(blocks, key=lambda b: b["block"])
+                    if "median_itl_ms" in b
+                )
+                lines.append(f"- p{pair} {arm}, start {start}: {itl or '-'}")
+    return ["ITL p50 (ms) per block, per server:", "", *lines] if lines else []
 
 
 def markdown(data: dict[str, Any], title: str = "Serve run") -> str:
@@ -90,7 +139,9 @@ def markdown(data: dict[str, Any], title: str = "Serve run") -> str:
     lines = [f"# {title}", ""]
     lines += [
         f"vLLM {meta.get('vllm')}; arms {', '.join(settings.get('arms', []))}; "
-        f"{settings.get('pairs')} rounds; runners {', '.join(settings.get('runners', []))}; "
+        f"{settings.get('pairs')} rounds"
+        + (f" of {settings['blocks']} blocks" if "blocks" in settings else "")
+        + f"; runners {', '.join(settings.get('runners', []))}; "
         f"weights {settings.get('weights')}; KV cache {meta.get('kv_cache_dtype')}.",
         "",
     ]
@@ -119,9 +170,14 @@ def markdown(data: dict[str, Any], title: str = "Serve run") -> str:
             rows = {arm: found.get((runner, shape, arm), {}) for arm in arms}
             lines += ["", f"## {runner}, shape {shape}", ""]
             lines += shape_table(rows, arms)
-    starts = [(k, c["start_s"]) for k, c in sorted(data["cells"].items()) if "start_s" in c]
+            lines += ["", *phase_lines(rows, arms)]
+    starts = [
+        f"{key} {', '.join(f'{s:.0f}' for s in starts_of(cell))}"
+        for key, cell in sorted(data["cells"].items())
+        if starts_of(cell)
+    ]
     if starts:
-        lines += ["", "Server starts (s): " + ", ".join(f"{k} {s:.0f}" for k, s in starts)]
+        lines += ["", "Server starts (s, each start of the cell's server): " + "; ".join(starts)]
     return "\n".join(lines) + "\n"
 
 

@@ -1,35 +1,48 @@
-"""The serve run (tests/gpu/vllm/engine.sh serve): for each runner, round and arm, a
-fresh `vllm serve` (server.py), the identity requests (identity.py), each bench shape
-through vLLM's own client (bench_client.py), the engagement lines; then the server
-stops and the next arm's starts.  Every part is saved as it comes to
-$OUT/engine/serve.json and to $SR_SERVE_RESUME, so a run cut off by `timeout` goes on
-where it stopped when run again on the same machine.
+"""The serve run (tests/gpu/vllm/engine.sh serve).  Per runner and round: one `vllm
+serve` per measured arm (server.py), started one after another, stock first, each
+ready before the next starts, and kept up together; the identity requests
+(identity.py) on each, in arm order; per shape, SR_SERVE_BLOCKS blocks, each one
+`vllm bench serve` run (bench_client.py) per arm against that arm's server, the arms
+in order in even blocks and reversed in odd ones (ABC CBA ...), so that each arm runs
+next to stock whatever pace the machine is in; the engagement lines; then the round's
+servers stop, and in the rounds of SR_SERVE_CONTROL_PAIRS the one-seed control's
+server runs the identity alone.  Every block is saved as it comes to
+$OUT/engine/serve.json and to $SR_SERVE_RESUME, so a run cut off by `timeout` or by
+SR_SERVE_BUDGET_S resumes, on fresh servers, with only what it lacks.
 
     python -m bench.serve.run        (settings: python -m bench.serve.envs)
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import sys
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import asdict
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from bench.engine.arms import Arm, Runner
 from bench.engine.client import sites_from_env
 from bench.engine.session import site_vllm_version
 
-from . import bench_client, gpu_clocks, identity, model_dir, records, server
+from . import bench_client, gpu_clocks, host_load, identity, model_dir, records, server
 from .envs import RESUME_ENV
 from .settings import CONTROL, Settings, Shape, from_env
 
 MODEL_DIR = Path("/tmp/sr-serve/model")
-FIRST_START_GUESS_S = 240.0
+FIRST_START_GUESS_S = 150.0
+"""A server's seconds to /health on a cold machine (compile and autotuning), before
+this run has timed one."""
+FIRST_BLOCK_GUESS_S = 30.0
+"""A block's seconds (the slowest default shape, warmups included), before this run
+has timed one."""
+
+T = TypeVar("T")
 
 
 class Stopped(BaseException):
@@ -41,19 +54,48 @@ class SitesMissing(RuntimeError):
     "serve."""
 
 
+class OutOfBudget(Exception):
+    """SR_SERVE_BUDGET_S has no room for the next part: the run saves and stops; run it
+    again (with a new budget) to resume."""
+
+
 def log(message: str, began: float = time.monotonic()) -> None:
     print(f"[{time.strftime('%H:%M:%S')} +{time.monotonic() - began:6.0f}s] {message}", flush=True)
 
 
-def plan(settings: Settings) -> Iterator[tuple[Runner, int, Arm, tuple[Shape, ...]]]:
-    """The servers in order: per runner, round after round, stock first in each, the
-    control (identity only) last in its rounds."""
+@dataclass(frozen=True)
+class Round:
+    """One round of one runner: the measured arms' servers with these shapes, then,
+    where `control`, the control's server alone."""
+
+    runner: Runner
+    pair: int
+    shapes: tuple[Shape, ...]
+    control: bool
+
+
+def plan(settings: Settings) -> Iterator[Round]:
+    """The rounds in order: per runner, round after round."""
     for runner in settings.runners:
         for pair in range(1, settings.pairs + 1):
-            for arm in settings.arms:
-                yield runner, pair, arm, settings.shapes_of(pair)
-            if pair in settings.control_pairs and settings.identity:
-                yield runner, pair, CONTROL, ()
+            control = pair in settings.control_pairs and settings.identity
+            yield Round(runner, pair, settings.shapes_of(pair), control)
+
+
+def rotation(arms: Sequence[T], block: int) -> list[T]:
+    """Block `block`'s order: the arms as given in even blocks, reversed in odd ones."""
+    return list(arms) if block % 2 == 0 else list(reversed(arms))
+
+
+@dataclass
+class Resident:
+    """A running server of the round: its cell, and which of the cell's starts it is."""
+
+    server: server.Server
+    cell: dict[str, Any]
+    key: str
+    start: int
+    launched: float
 
 
 class Run:
@@ -79,7 +121,9 @@ class Run:
         self.env_for = env_for or (
             lambda arm, runner: server.environment(arm, runner, sites[arm.site], settings)
         )
-        self.slowest = 0.0
+        self.resident: dict[str, Resident] = {}  # arm name -> its running server
+        self.slowest_start = 0.0
+        self.slowest_block = 0.0
         self.began = time.monotonic()
         meta = self.data["meta"]
         meta.setdefault("kv_cache_dtype", settings.kv_cache_dtype)
@@ -99,19 +143,23 @@ class Run:
             server.stop_session(pid, grace=10)
             pid_file.unlink()
 
-    def fits(self) -> bool:
+    def fits(self, need: float, what: str) -> None:
+        """OutOfBudget where `need` seconds no longer fit in SR_SERVE_BUDGET_S."""
         budget = self.settings.budget_s
         if budget is None:
-            return True
-        guess = max(self.slowest, FIRST_START_GUESS_S if not self.slowest else 0)
+            return
         left = budget - (time.monotonic() - self.began)
-        if left < guess:
-            log(
-                f"budget: {left:.0f} s left, a server took up to {guess:.0f} s: stopping here "
+        if left < need:
+            raise OutOfBudget(
+                f"budget: {left:.0f} s left, {what} may take {need:.0f} s: stopping here "
                 f"(run again to resume)"
             )
-            return False
-        return True
+
+    def start_guess(self) -> float:
+        return self.slowest_start or FIRST_START_GUESS_S
+
+    def block_guess(self) -> float:
+        return self.slowest_block or FIRST_BLOCK_GUESS_S
 
     def start(self, arm: Arm, runner: Runner, name: str) -> tuple[server.Server, float]:
         """A ready server; once, where fp8 KV cache is what fails, the rest of the run
@@ -131,7 +179,7 @@ class Run:
                 srv.stop(grace=10)
                 if not isinstance(error, (server.ServerDied, server.ServerTimeout)):
                     raise
-                started_before = any("start_s" in c for c in self.data["cells"].values())
+                started_before = any(records.starts_of(c) for c in self.data["cells"].values())
                 if attempt == 1 and kv != "auto" and not started_before:
                     meta["kv_cache_dtype"] = "auto"
                     meta["kv_cache_fallback"] = (
@@ -147,47 +195,109 @@ class Run:
                 raise
         raise AssertionError("unreachable")
 
-    def cell(self, runner: Runner, pair: int, arm: Arm, shapes: tuple[Shape, ...]) -> None:
+    def launch(self, runner: Runner, pair: int, arm: Arm) -> None:
+        """The arm's server of this round, ready and resident; where it does not start,
+        the error goes in its cell and the round goes on without it."""
         key = records.cell_key(runner.value, pair, arm.name)
         cell = self.data["cells"].setdefault(
             key, {"arm": arm.name, "runner": runner.value, "pair": pair}
         )
-        need_identity, todo = records.missing(cell, shapes, self.settings.identity)
-        if not need_identity and not todo:
-            log(f"{key}: done before")
-            return
-        name = key.replace("/", "-")
-        log(
-            f"{key}: starting the server ({', '.join(s.name for s in todo) or 'identity only'} "
-            f"to do)"
-        )
-        began = time.monotonic()
+        log(f"{key}: starting the server ({len(self.resident)} up)")
+        launched = time.monotonic()
         try:
-            srv, start_s = self.start(arm, runner, name)
+            srv, start_s = self.start(arm, runner, key.replace("/", "-"))
         except (server.ServerDied, server.ServerTimeout) as error:
             cell.setdefault("errors", []).append(f"start: {error}"[-3000:])
             log(f"{key}: the server did not start: {str(error).splitlines()[0]}")
             self.save()
             return
-        try:
-            cell["start_s"] = start_s
-            cell["kv_cache_dtype"] = self.data["meta"]["kv_cache_dtype"]
-            log(f"{key}: ready in {start_s:.0f} s")
-            if need_identity:
-                self.identity(cell, srv, key)
-            for shape in todo:
-                self.shape(cell, srv, key, shape)
         finally:
-            cell["engagement"] = srv.engagement()
-            srv.stop()
-            self.slowest = max(self.slowest, time.monotonic() - began)
-            cell["wall_s"] = cell.get("wall_s", 0) + time.monotonic() - began
-            self.save()
-        log(f"{key}: stopped; engagement: {cell['engagement'][:1] or 'none'}")
+            self.slowest_start = max(self.slowest_start, time.monotonic() - launched)
+        cell.setdefault("starts", []).append(start_s)
+        cell["kv_cache_dtype"] = self.data["meta"]["kv_cache_dtype"]
+        self.resident[arm.name] = Resident(srv, cell, key, len(cell["starts"]) - 1, launched)
+        self.save()
+        log(f"{key}: ready in {start_s:.0f} s")
 
-    def identity(self, cell: dict[str, Any], srv: server.Server, key: str) -> None:
+    def stop_resident(self) -> None:
+        """Each resident server's engagement lines, then every one of them stops (its
+        pid file with it), the others also where one's stop fails."""
+        residents, self.resident = list(self.resident.values()), {}
+        with contextlib.ExitStack() as stops:
+            for resident in residents:
+                stops.callback(self.stop_one, resident)
+            for resident in residents:
+                resident.cell["engagement"] = resident.server.engagement()
+        self.save()
+
+    def stop_one(self, resident: Resident) -> None:
         try:
-            record = identity.run(srv.post, self.data["meta"]["model"]["vocab_size"])
+            resident.server.stop()
+        finally:
+            resident.cell["wall_s"] = (
+                resident.cell.get("wall_s", 0) + time.monotonic() - resident.launched
+            )
+            engaged = resident.cell.get("engagement", [])[:1] or "none"
+            log(f"{resident.key}: stopped; engagement: {engaged}")
+
+    def measured(self, rnd: Round) -> None:
+        """The round's measured arms: their servers resident together, the identity on
+        each, the blocks of each shape in rotation; only what the records lack."""
+        settings = self.settings
+        todo = {
+            arm.name: records.missing(
+                self.data["cells"].get(records.cell_key(rnd.runner.value, rnd.pair, arm.name)),
+                rnd.shapes,
+                settings.identity,
+                settings.blocks,
+            )
+            for arm in settings.arms
+        }
+        todo = {name: parts for name, parts in todo.items() if parts[0] or parts[1]}
+        label = f"{rnd.runner.value}/p{rnd.pair}"
+        if not todo:
+            log(f"{label}: done before")
+            return
+        self.fits(
+            self.start_guess() * len(todo) + self.block_guess(),
+            f"{len(todo)} server starts and a block",
+        )
+        try:
+            for arm in settings.arms:
+                if arm.name in todo:
+                    self.launch(rnd.runner, rnd.pair, arm)
+            for arm in settings.arms:
+                if arm.name in self.resident and todo[arm.name][0]:
+                    self.identity(self.resident[arm.name])
+            for shape in rnd.shapes:
+                for block in range(settings.blocks):
+                    for slot, arm in enumerate(rotation(settings.arms, block)):
+                        resident = self.resident.get(arm.name)
+                        if resident is None or block not in todo[arm.name][1].get(shape.name, []):
+                            continue
+                        self.fits(self.block_guess(), "a block")
+                        self.block(resident, shape, block, slot)
+        finally:
+            self.stop_resident()
+
+    def control(self, rnd: Round) -> None:
+        """The one-seed control's server alone: the identity requests only."""
+        key = records.cell_key(rnd.runner.value, rnd.pair, CONTROL.name)
+        if "identity" in self.data["cells"].get(key, {}):
+            log(f"{key}: done before")
+            return
+        self.fits(self.start_guess(), "a server start")
+        try:
+            self.launch(rnd.runner, rnd.pair, CONTROL)
+            if CONTROL.name in self.resident:
+                self.identity(self.resident[CONTROL.name])
+        finally:
+            self.stop_resident()
+
+    def identity(self, resident: Resident) -> None:
+        cell, key = resident.cell, resident.key
+        try:
+            record = identity.run(resident.server.post, self.data["meta"]["model"]["vocab_size"])
         except Exception as error:  # recorded, so the next run retries this part
             cell.setdefault("errors", []).append(
                 f"identity: {type(error).__name__}: {error}"[:2000]
@@ -198,45 +308,61 @@ class Run:
             log(f"{key}: identity recorded ({record['sanity']})")
         self.save()
 
-    def shape(self, cell: dict[str, Any], srv: server.Server, key: str, shape: Shape) -> None:
-        result = self.out / "serve-results" / f"{key.replace('/', '-')}-{shape.name}.json"
+    def block(self, resident: Resident, shape: Shape, block: int, slot: int) -> None:
+        """One `vllm bench serve` run of the shape against the resident server, with the
+        GPUs' and the host's load over it; saved as block `block` of the shape."""
+        cell, key = resident.cell, resident.key
+        name = f"{key.replace('/', '-')}-{shape.name}-b{block}"
+        result = self.out / "serve-results" / f"{name}.json"
         result.parent.mkdir(parents=True, exist_ok=True)
-        arguments = bench_client.argv(shape, srv.port, self.folder, result, self.settings.warmups)
-        log(
-            f"{key}: vllm bench serve {shape.name} (concurrency {shape.concurrency}, "
-            f"{shape.num_prompts} requests)"
+        arguments = bench_client.argv(
+            shape, resident.server.port, self.folder, result, self.settings.warmups
         )
+        log(
+            f"{key}: vllm bench serve {shape.name} block {block} (concurrency "
+            f"{shape.concurrency}, {shape.num_prompts} requests)"
+        )
+        began = time.monotonic()
         try:
-            with gpu_clocks.Sampler(result.with_suffix(".gpu.csv")) as gpus:
+            with (
+                gpu_clocks.Sampler(result.with_suffix(".gpu.csv")) as gpus,
+                host_load.Window() as host,
+            ):
                 self.client(arguments)
             kept = bench_client.summary(json.loads(result.read_text()))
-            if gpus.summary():
-                kept["gpus"] = gpus.summary()
             bench_client.check(shape, kept)
         except Exception as error:
             cell.setdefault("errors", []).append(
-                f"{shape.name}: {type(error).__name__}: {error}"[:2000]
+                f"{shape.name} block {block}: {type(error).__name__}: {error}"[:2000]
             )
-            log(f"{key}: {shape.name} failed: {error}")
+            log(f"{key}: {shape.name} block {block} failed: {error}")
         else:
-            cell.setdefault("bench", {})[shape.name] = {
-                **kept,
-                "shape": asdict(shape),
-                "argv": arguments,
-            }
+            kept.update(block=block, slot=slot, start=resident.start)
+            if gpus.summary():
+                kept["gpus"] = gpus.summary()
+            if host.summary():
+                kept["host"] = host.summary()
+            records.add_block(cell, shape.name, kept, {"shape": asdict(shape), "argv": arguments})
             log(
-                f"{key}: {shape.name}: ITL p50 {kept.get('median_itl_ms', float('nan')):.3f} ms, "
-                f"TPOT p50 {kept.get('median_tpot_ms', float('nan')):.3f} ms, "
-                f"acceptance length {kept.get('spec_decode_acceptance_length', float('nan')):.2f}"
+                f"{key}: {shape.name} block {block}: ITL p50 "
+                f"{kept.get('median_itl_ms', float('nan')):.3f} ms, TPOT p50 "
+                f"{kept.get('median_tpot_ms', float('nan')):.3f} ms, acceptance length "
+                f"{kept.get('spec_decode_acceptance_length', float('nan')):.2f}, host "
+                f"{kept.get('host', 'not read')}"
             )
+        finally:
+            self.slowest_block = max(self.slowest_block, time.monotonic() - began)
         self.save()
 
     def all(self) -> dict[str, Any]:
         self.end_leftovers()
-        for runner, pair, arm, shapes in plan(self.settings):
-            if not self.fits():
-                break
-            self.cell(runner, pair, arm, shapes)
+        try:
+            for rnd in plan(self.settings):
+                self.measured(rnd)
+                if rnd.control:
+                    self.control(rnd)
+        except OutOfBudget as stop:
+            log(str(stop))
         self.save()
         return self.data
 

@@ -68,7 +68,8 @@ def command(settings: Settings, folder: Path, port: int, kv_cache_dtype: str) ->
     MTP (K speculative tokens), async scheduling, prefix caching in align mode, the
     FlashInfer SSU with an fp16 state and stochastic rounding over 5 Philox rounds,
     the KV cache in kv_cache_dtype; FULL_AND_PIECEWISE graphs with Inductor's
-    deterministic mode (as the engine harness compiles)."""
+    deterministic mode (as the engine harness compiles); a GPU memory share that lets
+    the round's servers reside side by side."""
     compile_cfg = compilation_config(GraphMode.FULL_AND_PIECEWISE)
     compile_cfg["cudagraph_capture_sizes"] = capture_sizes(settings.spec_tokens)
     argv = [
@@ -112,6 +113,9 @@ def command(settings: Settings, folder: Path, port: int, kv_cache_dtype: str) ->
         str(MAX_NUM_SEQS),
         "--kv-cache-memory-bytes",
         str(settings.kv_cache_bytes),
+        # Low enough that the round's later servers start beside the earlier ones.
+        "--gpu-memory-utilization",
+        str(settings.gpu_memory_utilization),
         "--compilation-config",
         json.dumps(compile_cfg),
         "--worker-cls",

@@ -1,8 +1,9 @@
 """What a serve run covers, read from the SR_SERVE_* variables (envs.py): runners,
-arms, rounds, the bench shapes and the server's options."""
+arms, rounds, blocks, the bench shapes and the server's options."""
 
 from __future__ import annotations
 
+import math
 import os
 import shlex
 from dataclasses import dataclass, field
@@ -18,6 +19,9 @@ LONG_INPUT_LEN = 10000
 LONG_NUM_PROMPTS = 10
 TEMPERATURE = 1.0
 TOP_P = 0.95
+RESIDENT_GPU_SHARE = 0.8
+"""The GPU memory share all of a round's resident servers ask for together (see
+Settings.gpu_memory_utilization)."""
 
 
 class SettingsError(ValueError):
@@ -43,6 +47,7 @@ class Settings:
     control_pairs: tuple[int, ...] = (1,)
     shapes: tuple[Shape, ...] = ()
     long_pairs: tuple[int, ...] | None = None  # None: every round
+    blocks: int = 4
     warmups: int = 2
     identity: bool = True
     kv_cache_dtype: str = "fp8"
@@ -54,6 +59,15 @@ class Settings:
     start_timeout: float = 480.0
     budget_s: float | None = None
     extra: dict = field(default_factory=dict)
+
+    @property
+    def gpu_memory_utilization(self) -> float:
+        """--gpu-memory-utilization of every server: RESIDENT_GPU_SHARE over the round's
+        resident servers (one per measured arm).  vLLM refuses to start while the GPU's
+        free memory is below this share of its total, and the servers started before
+        hold theirs; with --kv-cache-memory-bytes set, the KV cache is sized from the
+        bytes, not from this share."""
+        return math.floor(1000 * RESIDENT_GPU_SHARE / len(self.arms)) / 1000
 
     def shapes_of(self, pair: int) -> tuple[Shape, ...]:
         """The shapes round `pair` runs: the long one only in long_pairs."""
@@ -73,8 +87,10 @@ def _ints(name: str, default: str) -> tuple[int, ...]:
 
 
 def _int(name: str, default: int) -> int:
-    (value,) = _ints(name, str(default)) or (default,)
-    return value
+    values = _ints(name, str(default)) or (default,)
+    if len(values) != 1:
+        raise SettingsError(f"{name} takes one integer; got {values}")
+    return values[0]
 
 
 def shapes(
@@ -108,6 +124,9 @@ def from_env() -> Settings:
         raise SettingsError(f"{envs.WEIGHTS_ENV} is random or dummy; got {weights!r}")
     long_pairs = os.environ.get(envs.LONG_PAIRS_ENV, "all")
     budget = os.environ.get(envs.BUDGET_ENV)
+    blocks = _int(envs.BLOCKS_ENV, 4)
+    if blocks < 1:
+        raise SettingsError(f"{envs.BLOCKS_ENV} takes a count of 1 or more; got {blocks}")
     return Settings(
         runners=runners,
         arms=tuple(engine_arms.BY_NAME[a] for a in arm_names),
@@ -121,6 +140,7 @@ def from_env() -> Settings:
             os.environ.get(envs.LONG_ENV, "1") == "1",
         ),
         long_pairs=None if long_pairs == "all" else _ints(envs.LONG_PAIRS_ENV, "1"),
+        blocks=blocks,
         warmups=_int(envs.WARMUPS_ENV, 2),
         identity=os.environ.get(envs.IDENTITY_ENV, "1") == "1",
         kv_cache_dtype=os.environ.get(envs.KV_CACHE_DTYPE_ENV, "fp8"),

@@ -17,11 +17,12 @@
 #             prefill/decode steps (SR_ENGINE_WORKLOAD=mixed)
 #   reproduce bench/engine/reproduce.py: does stock compute the same bits in two
 #             processes, per setting (a diagnostic of the compiled modes)
-#   serve     bench/serve/run.py: per runner, round and arm a fresh `vllm serve` (the seed
-#             document's flags), the identity requests over HTTP, vLLM's own `vllm bench
-#             serve` per shape, the engagement lines (SR_SERVE_*: python -m bench.serve.envs;
-#             the serve deps staged by tests/gpu/vllm/stage-serve.sh); resumes after a cut
-#             from /tmp/sr-engine/serve-<stamp>.json; SR_SERVE_TIMEOUT (s) bounds the step
+#   serve     bench/serve/run.py: per runner and round one `vllm serve` per arm (the seed
+#             document's flags), all up together, the identity requests over HTTP, vLLM's
+#             own `vllm bench serve` per shape in blocks rotated over the arms' servers,
+#             the engagement lines (SR_SERVE_*: python -m bench.serve.envs; the serve deps
+#             staged by tests/gpu/vllm/stage-serve.sh); resumes after a cut from
+#             /tmp/sr-engine/serve-<stamp>.json; SR_SERVE_TIMEOUT (s) bounds the step
 #   pack      everything but the result JSONs into $OUT/engine-run.tar.xz (a device
 #             call brings back only a few files, none deep); run it last, also after a
 #             step cut off by `timeout`
