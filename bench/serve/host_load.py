@@ -9,7 +9,6 @@ busy is user, nice, system, irq and softirq time; with idle, iowait and steal it
 from __future__ import annotations
 
 from pathlib import Path
-from types import TracebackType
 
 PROC_STAT = Path("/proc/stat")
 FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
@@ -62,12 +61,7 @@ class Window:
         self.before = _read(self.path)
         return self
 
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        trace: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.after = _read(self.path)
 
     def summary(self) -> dict[str, float]:
