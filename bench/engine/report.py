@@ -421,6 +421,10 @@ def rank_markdown(timing: dict[str, Any]) -> str:
 
 KERNEL_NAME_CHARS = 70
 """Kernel names are C++ templates; the tables show their start."""
+PROFILE_SLOWER = 3
+"""Kernels launched alike that the profile table names per arm: those most apart from stock."""
+PROFILE_SLOWER_US = 0.5
+"""Below this difference per step (µs) a kernel launched alike is not named."""
 
 
 def _kernel(name: str) -> str:
@@ -428,10 +432,23 @@ def _kernel(name: str) -> str:
     return "`" + short.replace("|", "\\|") + "`"
 
 
+def _slower(kernels: dict[str, tuple[float, float]], base: dict[str, tuple[float, float]]) -> str:
+    """The kernels launched as often as in base whose time differs most from it
+    (PROFILE_SLOWER of them, each by PROFILE_SLOWER_US or more; ties by name): name +µs."""
+    apart = [
+        (us - base[name][1], name)
+        for name, (n, us) in sorted(kernels.items())
+        if name in base and base[name][0] == n and abs(us - base[name][1]) >= PROFILE_SLOWER_US
+    ]
+    shown = sorted(apart, key=lambda item: (-abs(item[0]), item[1]))[:PROFILE_SLOWER]
+    return "; ".join(f"{_kernel(name)} {d:+.1f}" for d, name in shown) or "none"
+
+
 def profile_markdown(timing: dict[str, Any]) -> str:
     """Per runner and batch size, each arm's GPU kernels per step of the
-    workload (worker.py's profile): launches and device µs in all, and the
-    kernels launched a different number of times than in stock."""
+    workload (worker.py's profile): launches and device µs in all, the kernels
+    launched a different number of times than in stock, and of those launched
+    alike, the ones whose time differs most from stock's."""
     step = f"{_steps_of(timing)[1]} step"
     out = []
     for runner, result in timing["runners"].items():
@@ -441,15 +458,16 @@ def profile_markdown(timing: dict[str, Any]) -> str:
             out.append(f"\n**{runner}, BS {bs}: GPU kernels per {step}** (torch.profiler)\n")
             out.append(
                 "| arm | launches | device µs "
-                "| kernels launched other than in stock: the arm's launches (µs) vs stock's |"
+                "| kernels launched other than in stock: the arm's launches (µs) vs stock's "
+                "| launched alike, most apart from stock's: the arm's µs - stock's |"
             )
-            out.append("| --- | ---: | ---: | --- |")
+            out.append("| --- | ---: | ---: | --- | --- |")
             base = {name: (n, us) for name, n, us in stock.get(bs, {}).get("kernels", [])}
             for arm, per_bs in profiles.items():
                 if bs not in per_bs:
                     continue
                 if "error" in per_bs[bs]:
-                    out.append(f"| {arm} | - | - | no profile: {per_bs[bs]['error']} |")
+                    out.append(f"| {arm} | - | - | no profile: {per_bs[bs]['error']} | - |")
                     continue
                 kernels = {name: (n, us) for name, n, us in per_bs[bs]["kernels"]}
                 launches = sum(n for n, _ in kernels.values())
@@ -465,8 +483,10 @@ def profile_markdown(timing: dict[str, Any]) -> str:
                             f"{_kernel(name)} {mine:g} ({mine_us:.1f} µs) vs "
                             f"{theirs:g} ({theirs_us:.1f} µs)"
                         )
-                shown = "-" if arm == STOCK.name or not base else "; ".join(differ) or "none"
-                out.append(f"| {arm} | {launches:g} | {device_us:.1f} | {shown} |")
+                versus = arm != STOCK.name and base
+                shown = ("; ".join(differ) or "none") if versus else "-"
+                slower = _slower(kernels, base) if versus else "-"
+                out.append(f"| {arm} | {launches:g} | {device_us:.1f} | {shown} | {slower} |")
     return "\n".join(out) + "\n"
 
 

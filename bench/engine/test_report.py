@@ -70,13 +70,29 @@ def test_profile_markdown_names_the_kernels_an_arm_adds_or_drops() -> None:
     ours = {"1": {"steps": 4, "kernels": [["ssu", 40.0, 200.0], ["stock_seeds_kernel", 1.0, 2.0]]}}
     text = report.profile_markdown({"runners": {"v1": {"profile": {"stock": stock, "x": ours}}}})
     assert "**v1, BS 1: GPU kernels per decode step**" in text
-    assert "| stock | 80 | 280.0 | - |" in text
+    assert "| stock | 80 | 280.0 | - | - |" in text
     assert (
         "| x | 41 | 202.0 | `randint_kernel` 0 (0.0 µs) vs 40 (80.0 µs); "
-        "`stock_seeds_kernel` 1 (2.0 µs) vs 0 (0.0 µs) |"
+        "`stock_seeds_kernel` 1 (2.0 µs) vs 0 (0.0 µs) | none |"
     ) in text
     long = report._kernel("void f<" + "x" * 100 + ">(int|char)")
     assert len(long) == report.KERNEL_NAME_CHARS + 2 and long.endswith("…`")
+
+
+def test_profile_markdown_names_the_kernels_launched_alike_most_apart_in_time() -> None:
+    """Where an arm's offset is in kernels it launches as stock does (other picks,
+    other placements), the table names the ones most apart, largest first."""
+    stock = [["gemm", 80.0, 400.0], ["reduce", 40.0, 50.0], ["scan", 40.0, 120.0], ["n", 1, 9]]
+    ours = [["gemm", 80.0, 407.6], ["reduce", 40.0, 46.0], ["scan", 40.0, 120.3], ["n", 2, 20]]
+    extra = [["a", 1.0, 10.0], ["b", 1.0, 10.0], ["c", 1.0, 10.0], ["d", 1.0, 10.0]]
+    more = [["a", 1.0, 11.0], ["b", 1.0, 12.0], ["c", 1.0, 13.0], ["d", 1.0, 14.0]]
+    profiles = {"stock": {"1": {"kernels": stock + extra}}, "x": {"1": {"kernels": ours + more}}}
+    text = report.profile_markdown({"runners": {"v2": {"profile": profiles}}})
+    # gemm +7.6, then d +4.0 and reduce -4.0 (ties by name; c +3.0, b +2.0 and a +1.0
+    # are cut at three); scan's 0.3 is below PROFILE_SLOWER_US; n launched other than in
+    # stock.
+    assert "| `gemm` +7.6; `d` +4.0; `reduce` -4.0 |" in text
+    assert "`n` 2 (20.0 µs) vs 1 (9.0 µs)" in text
 
 
 def test_report_cli(tmp_path: Path) -> None:
