@@ -446,9 +446,11 @@ def _slower(kernels: dict[str, tuple[float, float]], base: dict[str, tuple[float
 
 def profile_markdown(timing: dict[str, Any]) -> str:
     """Per runner and batch size, each arm's GPU kernels per step of the
-    workload (worker.py's profile): launches and device µs in all, the kernels
-    launched a different number of times than in stock, and of those launched
-    alike, the ones whose time differs most from stock's."""
+    workload (worker.py's profile): launches and device µs in all; its device µs
+    less stock's, split between the kernels launched a different number of times
+    than in stock (what its seed path changes) and those launched alike (what
+    differs between engines of any code: their picks, their placement); which
+    kernels those are, and of the ones launched alike, those most apart."""
     step = f"{_steps_of(timing)[1]} step"
     out = []
     for runner, result in timing["runners"].items():
@@ -457,27 +459,30 @@ def profile_markdown(timing: dict[str, Any]) -> str:
         for bs in sorted({bs for per_bs in profiles.values() for bs in per_bs}, key=int):
             out.append(f"\n**{runner}, BS {bs}: GPU kernels per {step}** (torch.profiler)\n")
             out.append(
-                "| arm | launches | device µs "
+                "| arm | launches | device µs | µs - stock's: kernels launched otherwise "
+                "| µs - stock's: kernels launched alike "
                 "| kernels launched other than in stock: the arm's launches (µs) vs stock's "
                 "| launched alike, most apart from stock's: the arm's µs - stock's |"
             )
-            out.append("| --- | ---: | ---: | --- | --- |")
+            out.append("| --- | ---: | ---: | ---: | ---: | --- | --- |")
             base = {name: (n, us) for name, n, us in stock.get(bs, {}).get("kernels", [])}
             for arm, per_bs in profiles.items():
                 if bs not in per_bs:
                     continue
                 if "error" in per_bs[bs]:
-                    out.append(f"| {arm} | - | - | no profile: {per_bs[bs]['error']} | - |")
+                    out.append(f"| {arm} | - | - | - | - | no profile: {per_bs[bs]['error']} | - |")
                     continue
                 kernels = {name: (n, us) for name, n, us in per_bs[bs]["kernels"]}
                 launches = sum(n for n, _ in kernels.values())
                 device_us = sum(us for _, us in kernels.values())
                 differ = []
+                apart = {True: 0.0, False: 0.0}  # launched alike? -> µs less stock's
                 for name in sorted(kernels.keys() | base.keys()):
                     (mine, mine_us), (theirs, theirs_us) = (
                         kernels.get(name, (0, 0.0)),
                         base.get(name, (0, 0.0)),
                     )
+                    apart[mine == theirs] += mine_us - theirs_us
                     if mine != theirs:
                         differ.append(
                             f"{_kernel(name)} {mine:g} ({mine_us:.1f} µs) vs "
@@ -486,7 +491,10 @@ def profile_markdown(timing: dict[str, Any]) -> str:
                 versus = arm != STOCK.name and base
                 shown = ("; ".join(differ) or "none") if versus else "-"
                 slower = _slower(kernels, base) if versus else "-"
-                out.append(f"| {arm} | {launches:g} | {device_us:.1f} | {shown} | {slower} |")
+                split = f"{apart[False]:+.1f} | {apart[True]:+.1f}" if versus else "- | -"
+                out.append(
+                    f"| {arm} | {launches:g} | {device_us:.1f} | {split} | {shown} | {slower} |"
+                )
     return "\n".join(out) + "\n"
 
 

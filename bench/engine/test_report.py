@@ -70,9 +70,9 @@ def test_profile_markdown_names_the_kernels_an_arm_adds_or_drops() -> None:
     ours = {"1": {"steps": 4, "kernels": [["ssu", 40.0, 200.0], ["stock_seeds_kernel", 1.0, 2.0]]}}
     text = report.profile_markdown({"runners": {"v1": {"profile": {"stock": stock, "x": ours}}}})
     assert "**v1, BS 1: GPU kernels per decode step**" in text
-    assert "| stock | 80 | 280.0 | - | - |" in text
+    assert "| stock | 80 | 280.0 | - | - | - | - |" in text
     assert (
-        "| x | 41 | 202.0 | `randint_kernel` 0 (0.0 µs) vs 40 (80.0 µs); "
+        "| x | 41 | 202.0 | -78.0 | +0.0 | `randint_kernel` 0 (0.0 µs) vs 40 (80.0 µs); "
         "`stock_seeds_kernel` 1 (2.0 µs) vs 0 (0.0 µs) | none |"
     ) in text
     long = report._kernel("void f<" + "x" * 100 + ">(int|char)")
@@ -93,6 +93,8 @@ def test_profile_markdown_names_the_kernels_launched_alike_most_apart_in_time() 
     # stock.
     assert "| `gemm` +7.6; `d` +4.0; `reduce` -4.0 |" in text
     assert "`n` 2 (20.0 µs) vs 1 (9.0 µs)" in text
+    # Apart from stock: +11.0 in the kernel launched otherwise, +13.9 in those alike.
+    assert "| x | 166 | 643.9 | +11.0 | +13.9 |" in text
 
 
 def test_report_cli(tmp_path: Path) -> None:

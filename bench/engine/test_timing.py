@@ -95,7 +95,7 @@ def test_a_failed_profile_keeps_the_rounds_figures(tmp_path: Path) -> None:
     assert data["runners"]["v1"]["summary"]["step"]["1"]
     assert (tmp_path / "timing.json").is_file()
     text = report.profile_markdown(data)
-    assert "| stock | - | - | no profile: stock/v1: RuntimeError: CUPTI |" in text
+    assert "| stock | - | - | - | - | no profile: stock/v1: RuntimeError: CUPTI | - |" in text
 
 
 def test_timing_run_measures_runners_in_turn(tmp_path: Path) -> None:
