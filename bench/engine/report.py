@@ -444,6 +444,14 @@ def _slower(kernels: dict[str, tuple[float, float]], base: dict[str, tuple[float
     return "; ".join(f"{_kernel(name)} {d:+.1f}" for d, name in shown) or "none"
 
 
+def profiled_step(timing: dict[str, Any]) -> str:
+    """What one profiled step is: a mixed step, a decode step, or an MTP verify iteration."""
+    serving, workload = _steps_of(timing)
+    if workload == "decode" and SERVING_BY_NAME[serving].speculative_tokens:
+        return f"{serving} verify iteration"
+    return f"{workload} step"
+
+
 def profile_markdown(timing: dict[str, Any]) -> str:
     """Per runner and batch size, each arm's GPU kernels per step of the
     workload (worker.py's profile): launches and device µs in all; its device µs
@@ -451,7 +459,7 @@ def profile_markdown(timing: dict[str, Any]) -> str:
     than in stock (what its seed path changes) and those launched alike (what
     differs between engines of any code: their picks, their placement); which
     kernels those are, and of the ones launched alike, those most apart."""
-    step = f"{_steps_of(timing)[1]} step"
+    step = profiled_step(timing)
     out = []
     for runner, result in timing["runners"].items():
         profiles = result.get("profile") or {}
@@ -763,9 +771,7 @@ def main(argv: list[str] | None = None) -> int:
         if ranks := rank_markdown(timing):
             parts.append("## Replay per TP rank\n" + ranks)
         if any(result.get("profile") for result in timing["runners"].values()):
-            parts.append(
-                f"## GPU kernels per {_steps_of(timing)[1]} step\n" + profile_markdown(timing)
-            )
+            parts.append(f"## GPU kernels per {profiled_step(timing)}\n" + profile_markdown(timing))
     args.prefix.with_suffix(".md").write_text("\n".join(parts))
     return 0
 

@@ -70,6 +70,10 @@ def test_profile_markdown_names_the_kernels_an_arm_adds_or_drops() -> None:
     ours = {"1": {"steps": 4, "kernels": [["ssu", 40.0, 200.0], ["stock_seeds_kernel", 1.0, 2.0]]}}
     text = report.profile_markdown({"runners": {"v1": {"profile": {"stock": stock, "x": ours}}}})
     assert "**v1, BS 1: GPU kernels per decode step**" in text
+    mtp = report.profile_markdown(
+        {"serving": "mtp7", "runners": {"v1": {"profile": {"stock": stock}}}}
+    )
+    assert "**v1, BS 1: GPU kernels per mtp7 verify iteration**" in mtp
     assert "| stock | 80 | 280.0 | - | - | - | - |" in text
     assert (
         "| x | 41 | 202.0 | -78.0 | +0.0 | `randint_kernel` 0 (0.0 µs) vs 40 (80.0 µs); "
