@@ -15,8 +15,15 @@ engine construction: compile, graph capture and, for the reset copy, the seed op
 import), per cell, arms in name order. The identity check starts stock's engine of a
 cell first and the other arms' engines side by side after it.
 
+And, from the kernel profiles timing records keep (`--kernels`), per runner, batch
+size and arm, its GPU kernels' µs per step less stock's, split between the kernels it
+launches a different number of times (what its seed path changes) and those it
+launches as stock does (what differs between any two engines), with the latter's
+most apart (report.launch_split, report._slower).
+
     python -m bench.engine.offsets bench/results/*.timing.json
     python -m bench.engine.offsets --starts bench/results/engine-nvidia-h200-20261203*.identity.json
+    python -m bench.engine.offsets --kernels bench/results/*.timing.json
 """
 
 from __future__ import annotations
@@ -105,12 +112,46 @@ def starts_markdown(paths: Sequence[Path]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def kernels_markdown(paths: Sequence[Path]) -> str:
+    """Per record with profiles, runner, batch size and arm (stock-again included):
+    µs less stock's in kernels launched otherwise and alike, and the latter's most apart."""
+    from .report import _slower, launch_split
+
+    lines = [
+        "| record | runner | BS | arm | launched otherwise (µs) | launched alike (µs) "
+        "| launched alike, most apart from stock's (µs) |",
+        "| --- | --- | ---: | --- | ---: | ---: | --- |",
+    ]
+    for path in paths:
+        stem = Path(path).name.removesuffix(".timing.json")
+        for runner, data in json.loads(Path(path).read_text())["runners"].items():
+            profiles = data.get("profile") or {}
+            stock = profiles.get("stock", {})
+            for bs in sorted({bs for per_bs in profiles.values() for bs in per_bs}, key=int):
+                base = {name: (n, us) for name, n, us in stock.get(bs, {}).get("kernels", [])}
+                for arm, per_bs in sorted(profiles.items()):
+                    if arm == "stock" or not base or "kernels" not in per_bs.get(bs, {}):
+                        continue
+                    kernels = {name: (n, us) for name, n, us in per_bs[bs]["kernels"]}
+                    otherwise, alike = launch_split(kernels, base)
+                    lines.append(
+                        f"| {stem} | {runner} | {bs} | {arm} | {otherwise:+.1f} | {alike:+.1f} "
+                        f"| {_slower(kernels, base)} |"
+                    )
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("records", nargs="+", type=Path)
-    parser.add_argument("--starts", action="store_true", help="engine starts of identity records")
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--starts", action="store_true", help="engine starts of identity records")
+    which.add_argument(
+        "--kernels", action="store_true", help="kernel time per arm from the records' profiles"
+    )
     args = parser.parse_args(argv)
-    print((starts_markdown if args.starts else markdown)(sorted(args.records)), end="")
+    table = starts_markdown if args.starts else kernels_markdown if args.kernels else markdown
+    print(table(sorted(args.records)), end="")
     return 0
 
 

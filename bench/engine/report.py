@@ -444,6 +444,18 @@ def _slower(kernels: dict[str, tuple[float, float]], base: dict[str, tuple[float
     return "; ".join(f"{_kernel(name)} {d:+.1f}" for d, name in shown) or "none"
 
 
+def launch_split(
+    kernels: dict[str, tuple[float, float]], base: dict[str, tuple[float, float]]
+) -> tuple[float, float]:
+    """Device µs less base's (kernel name -> (launches, µs)), split in two: the kernels
+    launched a different number of times than in base, and those launched alike."""
+    split = {True: 0.0, False: 0.0}  # launched alike? -> µs less base's
+    for name in kernels.keys() | base.keys():
+        (mine, mine_us), (theirs, theirs_us) = kernels.get(name, (0, 0.0)), base.get(name, (0, 0.0))
+        split[mine == theirs] += mine_us - theirs_us
+    return split[False], split[True]
+
+
 def profiled_step(timing: dict[str, Any]) -> str:
     """What one profiled step is: a mixed step, a decode step, or an MTP verify iteration."""
     serving, workload = _steps_of(timing)
@@ -484,13 +496,11 @@ def profile_markdown(timing: dict[str, Any]) -> str:
                 launches = sum(n for n, _ in kernels.values())
                 device_us = sum(us for _, us in kernels.values())
                 differ = []
-                apart = {True: 0.0, False: 0.0}  # launched alike? -> µs less stock's
                 for name in sorted(kernels.keys() | base.keys()):
                     (mine, mine_us), (theirs, theirs_us) = (
                         kernels.get(name, (0, 0.0)),
                         base.get(name, (0, 0.0)),
                     )
-                    apart[mine == theirs] += mine_us - theirs_us
                     if mine != theirs:
                         differ.append(
                             f"{_kernel(name)} {mine:g} ({mine_us:.1f} µs) vs "
@@ -499,7 +509,8 @@ def profile_markdown(timing: dict[str, Any]) -> str:
                 versus = arm != STOCK.name and base
                 shown = ("; ".join(differ) or "none") if versus else "-"
                 slower = _slower(kernels, base) if versus else "-"
-                split = f"{apart[False]:+.1f} | {apart[True]:+.1f}" if versus else "- | -"
+                otherwise, alike = launch_split(kernels, base)
+                split = f"{otherwise:+.1f} | {alike:+.1f}" if versus else "- | -"
                 out.append(
                     f"| {arm} | {launches:g} | {device_us:.1f} | {split} | {shown} | {slower} |"
                 )

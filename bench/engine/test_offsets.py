@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -64,3 +65,37 @@ def test_the_committed_engine_starts_are_what_the_records_give() -> None:
     records = [ROOT / "bench/results" / f"{stem}.identity.json" for stem in stems]
     assert len(records) == 2 and table == offsets.starts_markdown(records)
     assert "| v1 | FULL_AND_PIECEWISE | control-one-seed 30.6, reset 31.2," in table
+
+
+KERNELS = ROOT / "bench/results/engine-kernels-20261204.md"
+
+
+def test_the_kernel_split_puts_the_seed_path_apart_from_the_kernels_launched_alike(
+    tmp_path: Path,
+) -> None:
+    stock = [["randint", 40.0, 80.0], ["gemm", 80.0, 400.0], ["fill", 2.0, 1.5]]
+    reset = [["seeds", 1.0, 1.6], ["gemm", 80.0, 409.8], ["fill", 2.0, 1.5]]
+    profile = {"stock": {"1": {"kernels": stock}}, "reset": {"1": {"kernels": reset}}}
+    path = tmp_path / "case.timing.json"
+    path.write_text(json.dumps({"runners": {"v2": {"profile": profile}}}))
+    assert offsets.kernels_markdown([path]).splitlines()[2] == (
+        "| case | v2 | 1 | reset | -78.4 | +9.8 | `gemm` +9.8 |"
+    )
+
+
+def test_the_committed_kernel_table_is_what_the_records_give() -> None:
+    """The table of bench/results/engine-kernels-20261204.md, made again from every
+    committed record that keeps profiles."""
+    table = _table(KERNELS.read_text(), "| record | runner | BS | arm |")
+    stems = dict.fromkeys(
+        line.split(" | ")[0].removeprefix("| ") for line in table.splitlines()[2:]
+    )
+    assert len(stems) == 4, stems
+    records = sorted(ROOT / "bench/results" / f"{stem}.timing.json" for stem in stems)
+    assert table == offsets.kernels_markdown(records)
+    with_profiles = [
+        path
+        for path in sorted((ROOT / "bench/results").glob("*.timing.json"))
+        if '"profile"' in path.read_text()
+    ]
+    assert records == with_profiles
