@@ -19,7 +19,7 @@ And, from the kernel profiles timing records keep (`--kernels`), per runner, bat
 size and arm, its GPU kernels' µs per step less stock's, split between the kernels it
 launches a different number of times (what its seed path changes) and those it
 launches as stock does (what differs between any two engines), with the latter's
-most apart (report.launch_split, report._slower).
+most apart (report.launch_split, report.most_apart).
 
     python -m bench.engine.offsets bench/results/*.timing.json
     python -m bench.engine.offsets --starts bench/results/engine-nvidia-h200-20261203*.identity.json
@@ -115,7 +115,7 @@ def starts_markdown(paths: Sequence[Path]) -> str:
 def kernels_markdown(paths: Sequence[Path]) -> str:
     """Per record with profiles, runner, batch size and arm (stock-again included):
     µs less stock's in kernels launched otherwise and alike, and the latter's most apart."""
-    from .report import _slower, launch_split
+    from .report import launch_split, most_apart
 
     lines = [
         "| record | runner | BS | arm | launched otherwise (µs) | launched alike (µs) "
@@ -136,7 +136,7 @@ def kernels_markdown(paths: Sequence[Path]) -> str:
                     otherwise, alike = launch_split(kernels, base)
                     lines.append(
                         f"| {stem} | {runner} | {bs} | {arm} | {otherwise:+.1f} | {alike:+.1f} "
-                        f"| {_slower(kernels, base)} |"
+                        f"| {most_apart(kernels, base)} |"
                     )
     return "\n".join(lines) + "\n"
 

@@ -421,9 +421,9 @@ def rank_markdown(timing: dict[str, Any]) -> str:
 
 KERNEL_NAME_CHARS = 70
 """Kernel names are C++ templates; the tables show their start."""
-PROFILE_SLOWER = 3
+PROFILE_APART = 3
 """Kernels launched alike that the profile table names per arm: those most apart from stock."""
-PROFILE_SLOWER_US = 0.5
+PROFILE_APART_US = 0.5
 """Below this difference per step (µs) a kernel launched alike is not named."""
 
 
@@ -432,15 +432,17 @@ def _kernel(name: str) -> str:
     return "`" + short.replace("|", "\\|") + "`"
 
 
-def _slower(kernels: dict[str, tuple[float, float]], base: dict[str, tuple[float, float]]) -> str:
+def most_apart(
+    kernels: dict[str, tuple[float, float]], base: dict[str, tuple[float, float]]
+) -> str:
     """The kernels launched as often as in base whose time differs most from it
-    (PROFILE_SLOWER of them, each by PROFILE_SLOWER_US or more; ties by name): name +µs."""
+    (PROFILE_APART of them, each by PROFILE_APART_US or more; ties by name): name +µs."""
     apart = [
         (us - base[name][1], name)
         for name, (n, us) in sorted(kernels.items())
-        if name in base and base[name][0] == n and abs(us - base[name][1]) >= PROFILE_SLOWER_US
+        if name in base and base[name][0] == n and abs(us - base[name][1]) >= PROFILE_APART_US
     ]
-    shown = sorted(apart, key=lambda item: (-abs(item[0]), item[1]))[:PROFILE_SLOWER]
+    shown = sorted(apart, key=lambda item: (-abs(item[0]), item[1]))[:PROFILE_APART]
     return "; ".join(f"{_kernel(name)} {d:+.1f}" for d, name in shown) or "none"
 
 
@@ -508,11 +510,11 @@ def profile_markdown(timing: dict[str, Any]) -> str:
                         )
                 versus = arm != STOCK.name and base
                 shown = ("; ".join(differ) or "none") if versus else "-"
-                slower = _slower(kernels, base) if versus else "-"
+                apart = most_apart(kernels, base) if versus else "-"
                 otherwise, alike = launch_split(kernels, base)
                 split = f"{otherwise:+.1f} | {alike:+.1f}" if versus else "- | -"
                 out.append(
-                    f"| {arm} | {launches:g} | {device_us:.1f} | {split} | {shown} | {slower} |"
+                    f"| {arm} | {launches:g} | {device_us:.1f} | {split} | {shown} | {apart} |"
                 )
     return "\n".join(out) + "\n"
 
@@ -640,11 +642,11 @@ def autotune_markdown(timing: dict[str, Any]) -> str:
     kept = [run["autotune"] for run in runs if "autotune" in run]
     if not kept:
         return ""
-    engines = [engine for part in kept for engine in timing_module.by_rank(part["picks"])]
+    engines = [engine for part in kept for engine in timing_module.picks_per_rank(part["picks"])]
     picked = {
         (kernel, key)
         for part in kept
-        for picks in timing_module.by_rank(part["picks"]).values()
+        for picks in timing_module.picks_per_rank(part["picks"]).values()
         for kernel, per_key in picks.items()
         for key in per_key
     }

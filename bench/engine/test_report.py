@@ -93,7 +93,7 @@ def test_profile_markdown_names_the_kernels_launched_alike_most_apart_in_time() 
     profiles = {"stock": {"1": {"kernels": stock + extra}}, "x": {"1": {"kernels": ours + more}}}
     text = report.profile_markdown({"runners": {"v2": {"profile": profiles}}})
     # gemm +7.6, then d +4.0 and reduce -4.0 (ties by name; c +3.0, b +2.0 and a +1.0
-    # are cut at three); scan's 0.3 is below PROFILE_SLOWER_US; n launched other than in
+    # are cut at three); scan's 0.3 is below PROFILE_APART_US; n launched other than in
     # stock.
     assert "| `gemm` +7.6; `d` +4.0; `reduce` -4.0 |" in text
     assert "`n` 2 (20.0 µs) vs 1 (9.0 µs)" in text

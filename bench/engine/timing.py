@@ -350,7 +350,7 @@ def runner_result(samples: Samples, runner: str) -> dict[str, Any]:
     }
 
 
-def by_rank(picks: Mapping[str, Sequence[Any]]) -> dict[str, Any]:
+def picks_per_rank(picks: Mapping[str, Sequence[Any]]) -> dict[str, Any]:
     """arm/runner/engine -> [each rank's picks], as engine/rank<r> -> that rank's picks
     (an engine whose picks could not be read, {"error": ...}, is left out)."""
     return {
@@ -383,7 +383,8 @@ def run(
     workers = spawn(pairs, settings, "timing", DETERMINISTIC_ENV)
     failed: dict[str, str] = {}
     # (arm, runner, engine) -> the seconds its start call took; every sample of that
-    # engine carries it (start_s).  The engines of a start_all start side by side.
+    # engine carries it (start_s).  The engines of a start_all start side by side,
+    # but for the run's first, which starts alone.
     start_s: dict[tuple[str, str, int], float] = {}
     # (arm/runner/engine) -> each rank's Triton autotuning picks after its start.
     picks: dict[str, Any] = {}
@@ -498,7 +499,7 @@ def run(
         "mode": GraphMode.FULL_AND_PIECEWISE.value,
         "serving": plan.serving,
         "workload": plan.workload,
-        "autotune": {"picks": picks, "differences": autotune.differences(by_rank(picks))},
+        "autotune": {"picks": picks, "differences": autotune.differences(picks_per_rank(picks))},
     }
     write_json(settings.out / f"timing{plan.tag}.json", data)
     return data, workers
