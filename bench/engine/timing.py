@@ -47,8 +47,9 @@ code's placement) is in every sample of that engine, and no round averages
 it out: with Plan.rounds_per_engine, every engine of the runner is closed and
 started again after that many rounds, each sample names its engine, and the
 summary gives the spread of the engines' medians (engine_spread).  Each sample
-also carries its engine's start, in seconds (start_s: the `start` call, all of a
-start_all's engines side by side), which report.py tabulates per arm.
+also carries its engine's start, in seconds (start_s: the `start` call, a
+start_all's engines side by side but for the run's first, which starts alone),
+which report.py tabulates per arm.
 """
 
 from __future__ import annotations
