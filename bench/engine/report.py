@@ -642,18 +642,16 @@ def autotune_markdown(timing: dict[str, Any]) -> str:
     kept = [run["autotune"] for run in runs if "autotune" in run]
     if not kept:
         return ""
-    engines = [engine for part in kept for engine in timing_module.picks_per_rank(part["picks"])]
+    ranks = [
+        picks for part in kept for picks in timing_module.picks_per_rank(part["picks"]).values()
+    ]
     picked = {
-        (kernel, key)
-        for part in kept
-        for picks in timing_module.picks_per_rank(part["picks"]).values()
-        for kernel, per_key in picks.items()
-        for key in per_key
+        (kernel, key) for picks in ranks for kernel, per_key in picks.items() for key in per_key
     }
     differing = {name: seen for part in kept for name, seen in part["differences"].items()}
     unread = [engine for part in kept for engine, p in part["picks"].items() if "error" in p]
     out = [
-        f"\n{len(picked)} kernel and tuning-key pairs in {len(engines)} engine ranks "
+        f"\n{len(picked)} kernel and tuning-key pairs in {len(ranks)} engine ranks "
         + ("all picked alike.\n" if not differing else f"{len(differing)} picked otherwise:\n")
     ]
     if differing:
