@@ -35,11 +35,16 @@ after waiting on the handover event recorded on the last stream (SeedPrefetch's
 handover). The buffer lives as long as the process's prefetch machinery for its
 device and size (`persistent_prefetch`), so a graph never outlives what it reads.
 
-What this does not cover: on V1 a replay's hook draws N whenever the batch has
-decode tokens, which matches what the graph's capture took when every FULL graph is
-of a uniform-decode batch (N SSU calls), as under FULL_AND_PIECEWISE and
-FULL_DECODE_ONLY; other graph modes are not argued here. V2's replay wrapper
+Which graphs need an in-graph draw: none. On V1 a replay's hook draws N whenever
+the batch has decode tokens, which is what the graph's capture took when every FULL
+graph is of a uniform batch (N SSU calls). In 0.20.0-0.33.0 every FULL graph of a
+Mamba-2 hybrid is: Mamba's attention builder supports full graphs of uniform batches
+only (UNIFORM_BATCH), so vLLM turns a FULL mode for mixed batches into
+FULL_AND_PIECEWISE or FULL_DECODE_ONLY (bench/test_outside_graph.py checks both in
+each release's source), and the builder counts each request of a uniform batch as a
+decode (its decode threshold is 1 + the speculative tokens). V2's replay wrapper
 (bench/engine/outside_graph_v2.py) draws exactly what each graph's capture took.
+DBO micro-batches keep stock's inline draw, as in the default.
 """
 
 from __future__ import annotations

@@ -4,6 +4,7 @@ or inside the capture, replayed). On the GPU, against stock: tests/gpu/test_outs
 
 from __future__ import annotations
 
+import ast
 import logging
 from dataclasses import dataclass
 
@@ -13,6 +14,7 @@ import torch
 from bench import outside_graph
 from runner_hooks import WrongStreamError
 from runner_hooks.core import prefetch as core
+from vllm_patch import releases, sdist
 
 N = 4
 
@@ -241,3 +243,69 @@ def test_the_capture_test_fails_without_the_rewind(cuda, generator, monkeypatch)
     monkeypatch.setattr(outside_graph, "rewind_generator", lambda index, offsets: None)
     with pytest.raises(AssertionError):
         test_a_capture_inside_the_hook_leaves_the_generator_where_stock_does(cuda, generator)
+
+
+MAMBA_BUILDERS = "vllm/v1/attention/backends/mamba_attn.py"
+MAMBA2_BUILDER = "vllm/v1/attention/backends/mamba2_attn.py"
+COMPILATION = "vllm/config/compilation.py"
+
+
+def cudagraph_support(source: str) -> dict[str, str]:
+    """class name -> the AttentionCGSupport member its `_cudagraph_support` names."""
+    found = {}
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.ClassDef):
+            continue
+        for item in node.body:
+            if (
+                isinstance(item, ast.AnnAssign)
+                and isinstance(item.target, ast.Name)
+                and item.target.id == "_cudagraph_support"
+                and isinstance(item.value, ast.Attribute)
+            ):
+                found[node.name] = item.value.attr
+    return found
+
+
+def full_mixed_mode_downgraded(source: str) -> bool:
+    """Whether resolving the graph mode turns a FULL mode for mixed batches into
+    FULL_AND_PIECEWISE or FULL_DECODE_ONLY where a backend supports less than ALWAYS."""
+    start = source.find("cudagraph_mode.mixed_mode() == CUDAGraphMode.FULL")
+    clause = source[start : start + 1500] if start >= 0 else ""
+    return all(
+        text in clause
+        for text in (
+            "min_cg_support != AttentionCGSupport.ALWAYS",
+            "cudagraph_mode = CUDAGraphMode.FULL_AND_PIECEWISE",
+            "cudagraph_mode = CUDAGraphMode.FULL_DECODE_ONLY",
+        )
+    )
+
+
+@pytest.mark.parametrize("version", [release.version for release in releases.RELEASES])
+def test_every_full_graph_of_a_mamba2_hybrid_is_a_uniform_batch(version: str) -> None:
+    """The V1 replay draw's premise, in each release's source (its cached sdist): the
+    Mamba-2 builder supports full graphs of uniform batches only, and vLLM then runs
+    mixed batches on piecewise graphs or eagerly."""
+    files = {
+        path: data.decode()
+        for path, data in sdist.read_members(
+            version, (MAMBA_BUILDERS, MAMBA2_BUILDER, COMPILATION)
+        ).items()
+    }
+    base = cudagraph_support(files[MAMBA_BUILDERS])
+    assert base.get("BaseMambaAttentionMetadataBuilder") == "UNIFORM_BATCH"
+    assert "Mamba2AttentionMetadataBuilder" not in cudagraph_support(files[MAMBA2_BUILDER])
+    assert "class Mamba2AttentionMetadataBuilder(" in files[MAMBA2_BUILDER]
+    assert "BaseMambaAttentionMetadataBuilder" in files[MAMBA2_BUILDER]
+    assert full_mixed_mode_downgraded(files[COMPILATION])
+
+
+def test_the_release_check_can_fail() -> None:
+    """Mutation: a builder that supports ALWAYS, or no downgrade, is seen."""
+    assert cudagraph_support(
+        "class B:\n    _cudagraph_support: ClassVar[X] = AttentionCGSupport.ALWAYS\n"
+    ) == {"B": "ALWAYS"}
+    assert not full_mixed_mode_downgraded(
+        "if cudagraph_mode.mixed_mode() == CUDAGraphMode.FULL:\n    pass\n"
+    )
