@@ -19,11 +19,13 @@ And, from the kernel profiles timing records keep (`--kernels`), per runner, bat
 size and arm, its GPU kernels' µs per step less stock's, split between the kernels it
 launches a different number of times (what its seed path changes) and those it
 launches as stock does (what differs between any two engines), with the latter's
-most apart (report.launch_split, report.most_apart).
+most apart (report.launch_split, report.most_apart); and (`--rng-path`) the kernels it
+launches per step, with the seed path's among them (RNG_PATH).
 
     python -m bench.engine.offsets bench/results/*.timing.json
     python -m bench.engine.offsets --starts bench/results/engine-nvidia-h200-20261203*.identity.json
     python -m bench.engine.offsets --kernels bench/results/*.timing.json
+    python -m bench.engine.offsets --rng-path bench/results/*.timing.json
 """
 
 from __future__ import annotations
@@ -141,6 +143,45 @@ def kernels_markdown(paths: Sequence[Path]) -> str:
     return "\n".join(lines) + "\n"
 
 
+RNG_PATH = (
+    ("stock's draws", "random_from_to_kernel"),
+    ("replay prologue", "FillFunctor<long>"),
+    ("seed kernel", "stock_seeds_kernel"),
+)
+"""The seed path's kernels, by what their names contain: torch.randint's (stock's draw per
+SSU call, floor-rng's one per forward), the two int64 fills with which CUDAGraph.replay
+hands a graph that draws the generator's seed and offset, and the reset design's op."""
+
+
+def rng_path_markdown(paths: Sequence[Path]) -> str:
+    """Per record with profiles, runner, batch size and arm: the kernels launched per
+    step, and the launches and µs per step of each RNG_PATH kernel."""
+    columns = " | ".join(f"{what} (launches, µs)" for what, _ in RNG_PATH)
+    lines = [
+        f"| record | runner | BS | arm | kernels per step | {columns} |",
+        "| --- | --- | ---: | --- | ---: |" + " ---: |" * len(RNG_PATH),
+    ]
+    for path in paths:
+        stem = Path(path).name.removesuffix(".timing.json")
+        for runner, data in json.loads(Path(path).read_text())["runners"].items():
+            profiles = data.get("profile") or {}
+            for bs in sorted({bs for per_bs in profiles.values() for bs in per_bs}, key=int):
+                for arm, per_bs in sorted(profiles.items()):
+                    kernels = per_bs.get(bs, {}).get("kernels")
+                    if kernels is None:
+                        continue
+                    cells = []
+                    for _, part in RNG_PATH:
+                        n = sum(launches for name, launches, _ in kernels if part in name)
+                        us = sum(us for name, _, us in kernels if part in name)
+                        cells.append(f"{n:g}, {us:.1f}" if n else "-")
+                    total = sum(launches for _, launches, _ in kernels)
+                    lines.append(
+                        f"| {stem} | {runner} | {bs} | {arm} | {total:g} | {' | '.join(cells)} |"
+                    )
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("records", nargs="+", type=Path)
@@ -149,8 +190,19 @@ def main(argv: list[str] | None = None) -> int:
     which.add_argument(
         "--kernels", action="store_true", help="kernel time per arm from the records' profiles"
     )
+    which.add_argument(
+        "--rng-path", action="store_true", help="the seed path's kernels from the records' profiles"
+    )
     args = parser.parse_args(argv)
-    table = starts_markdown if args.starts else kernels_markdown if args.kernels else markdown
+    table = (
+        starts_markdown
+        if args.starts
+        else kernels_markdown
+        if args.kernels
+        else rng_path_markdown
+        if args.rng_path
+        else markdown
+    )
     print(table(sorted(args.records)), end="")
     return 0
 

@@ -99,3 +99,33 @@ def test_the_committed_kernel_table_is_what_the_records_give() -> None:
         if '"profile"' in path.read_text()
     ]
     assert records == with_profiles
+
+
+def test_the_rng_path_counts_each_kind_of_seed_kernel(tmp_path: Path) -> None:
+    stock = [
+        ["distribution_elementwise_grid_stride_kernel<random_from_to_kernel>", 40.0, 80.0],
+        ["vectorized_elementwise_kernel<2, FillFunctor<long>>", 2.0, 1.5],
+        ["gemm", 80.0, 400.0],
+    ]
+    outside = [["(anonymous namespace)::stock_seeds_kernel", 1.0, 0.8], ["gemm", 80.0, 401.0]]
+    profile = {
+        "stock": {"1": {"kernels": stock}},
+        "reset-outside-graph": {"1": {"kernels": outside}},
+    }
+    path = tmp_path / "case.timing.json"
+    path.write_text(json.dumps({"runners": {"v2": {"profile": profile}}}))
+    assert offsets.rng_path_markdown([path]).splitlines()[2:] == [
+        "| case | v2 | 1 | reset-outside-graph | 81 | - | - | 1, 0.8 |",
+        "| case | v2 | 1 | stock | 122 | 40, 80.0 | 2, 1.5 | - |",
+    ]
+
+
+def test_the_committed_rng_path_table_is_what_the_records_give() -> None:
+    """The seed path's table of bench/results/engine-kernels-20261204.md, made again from
+    the same records as its kernel split."""
+    table = _table(KERNELS.read_text(), "| record | runner | BS | arm | kernels per step |")
+    stems = dict.fromkeys(
+        line.split(" | ")[0].removeprefix("| ") for line in table.splitlines()[2:]
+    )
+    records = sorted(ROOT / "bench/results" / f"{stem}.timing.json" for stem in stems)
+    assert len(records) == 4 and table == offsets.rng_path_markdown(records)
