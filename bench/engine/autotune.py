@@ -8,11 +8,18 @@ cache only with VLLM_USE_STANDALONE_COMPILE=0).  An engine that finds a pick
 there reads it; engines that start side by side before there is one each pick
 by timing, under each other's load.  So timing.run starts its first engine
 alone, and asks every engine for its picks.
+
+Inductor's kernels are picked per compile cache, which is per arm (each arm's
+VLLM_CACHE_ROOT): an arm's later engines load what its first compile chose.
+Their configurations (`inductor_picks`) are reported beside the Mamba kernels'.
 """
 
 from __future__ import annotations
 
+import gc
+import hashlib
 import sys
+from collections.abc import Iterable
 from typing import Any
 
 PICKED_MODULES = "vllm.model_executor.layers.mamba."
@@ -36,6 +43,29 @@ def picks(modules: dict[str, Any] | None = None) -> dict[str, dict[str, str]]:
                     str(key): str(config) for key, config in sorted(value.cache.items(), key=str)
                 }
     return found
+
+
+INDUCTOR = "inductor."
+"""The prefix of Inductor's kernels among an engine's picks."""
+
+
+def inductor_picks(objects: Iterable[Any] | None = None) -> dict[str, dict[str, str]]:
+    """Per Triton kernel Inductor compiled in this process (inductor.name@the first 8 hex
+    of its source's sha256), the configuration it launches with, under the key "config":
+    its one launcher's, autotuned or the only one (kernels not yet run, with several
+    launchers left, are left out).  `objects`: where to look (default: every object the
+    garbage collector tracks)."""
+    from torch._inductor.runtime.triton_heuristics import CachingAutotuner
+
+    found: dict[str, dict[str, str]] = {}
+    for kernel in gc.get_objects() if objects is None else objects:
+        if not isinstance(kernel, CachingAutotuner) or len(kernel.launchers) != 1:
+            continue
+        source = getattr(kernel.fn, "src", "") or ""
+        digest = hashlib.sha256(source.encode()).hexdigest()[:8]
+        name = f"{INDUCTOR}{getattr(kernel.fn, '__name__', '?')}@{digest}"
+        found[name] = {"config": str(kernel.launchers[0].config)}
+    return dict(sorted(found.items()))
 
 
 def differences(by_engine: dict[str, dict[str, dict[str, str]]]) -> dict[str, dict[str, str]]:

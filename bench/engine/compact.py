@@ -7,7 +7,8 @@ record (a run's identity.json, or report.py's <prefix>.identity.json of any earl
 form), a timing record (timing.json), reproduce.py's records (reproduce.json) or a
 microbenchmark summary (summary.json).  Timing, reproduce and summary files keep their
 content (arms renamed; a timing profile's kernels named without their parameter lists,
-`kernel_name`), one entry per line.  It
+`kernel_name`; Inductor kernels every engine picked alike named once, not per engine), one
+entry per line.  It
 can be run again on its own output: that output is what it writes.
 
 An identity record in the committed form (FORMAT) stores:
@@ -322,6 +323,32 @@ def _short_kernels(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
+def _short_autotune(data: dict[str, Any]) -> dict[str, Any]:
+    """`data` (a timing record, and each run merged into it) with the Inductor kernels
+    that every engine picked alike left out of the engines' picks, and named once
+    instead, as kernel[key], under "inductor_alike" (report.autotune_markdown counts them)."""
+    from .autotune import INDUCTOR
+
+    for part in [data, *data.get("runs", [])]:
+        kept = part.get("autotune")
+        if not kept:
+            continue
+        apart = set(kept.get("differences", {}))
+        alike: set[str] = set()
+        for ranks in kept["picks"].values():
+            for picks in ranks if isinstance(ranks, list) else []:
+                for kernel in [k for k in picks if k.startswith(INDUCTOR)]:
+                    keys = [key for key in picks[kernel] if f"{kernel}[{key}]" not in apart]
+                    alike.update(f"{kernel}[{key}]" for key in keys)
+                    for key in keys:
+                        del picks[kernel][key]
+                    if not picks[kernel]:
+                        del picks[kernel]
+        if alike:
+            kept["inductor_alike"] = sorted(alike | set(kept.get("inductor_alike", [])))
+    return data
+
+
 def _line(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
@@ -371,7 +398,7 @@ def converted(text: str) -> str:
     if what == "identity":
         return dumps_identity(packed(data))
     if what == "timing":
-        return dumps(_short_kernels(_renamed(data)), 4)
+        return dumps(_short_autotune(_short_kernels(_renamed(data))), 4)
     if what == "reproduce":
         return dumps(data, 3)
     return "[\n" + ",\n".join(_line(row) for row in _renamed(data)) + "\n]\n"

@@ -636,8 +636,8 @@ def start_markdown(timing: dict[str, Any]) -> str:
 
 def autotune_markdown(timing: dict[str, Any]) -> str:
     """Whether every engine ran the same Triton autotuning picks of the Mamba kernels
-    (timing.run's "autotune", per run where runs were merged); "" for runs before
-    they were kept."""
+    and Inductor's (timing.run's "autotune", per run where runs were merged); "" for
+    runs before they were kept."""
     runs = [timing, *timing.get("runs", [])]
     kept = [run["autotune"] for run in runs if "autotune" in run]
     if not kept:
@@ -650,8 +650,10 @@ def autotune_markdown(timing: dict[str, Any]) -> str:
     }
     differing = {name: seen for part in kept for name, seen in part["differences"].items()}
     unread = [engine for part in kept for engine, p in part["picks"].items() if "error" in p]
+    alike = {name for part in kept for name in part.get("inductor_alike", [])}
+    pairs = len({f"{kernel}[{key}]" for kernel, key in picked} | alike)
     out = [
-        f"\n{len(picked)} kernel and tuning-key pairs in {len(ranks)} engine ranks "
+        f"\n{pairs} kernel and tuning-key pairs in {len(ranks)} engine ranks "
         + ("all picked alike.\n" if not differing else f"{len(differing)} picked otherwise:\n")
     ]
     if differing:

@@ -418,3 +418,33 @@ def test_the_report_says_whether_every_engine_picked_alike() -> None:
     assert report.autotune_markdown({"runners": {}}) == ""
     merged = {"runners": {}, "runs": [{"autotune": timing["autotune"]}]}
     assert "1 picked otherwise:" in report.autotune_markdown(merged)
+
+
+def test_the_committed_form_keeps_the_count_and_the_inductor_kernels_apart() -> None:
+    """compact names Inductor's kernels every engine picked alike once; the report
+    counts them as before, and lists the one picked otherwise from the picks kept."""
+    from . import compact
+
+    mamba = {"ssd_bmm.k": {"(128,)": "BLOCK: 32"}}
+    same = {"inductor.a@1": {"config": "X: 8"}, "inductor.b@2": {"config": "X: 4"}}
+    timing = {
+        "runners": {},
+        "autotune": {
+            "picks": {
+                "stock/v1/0": [mamba | same],
+                "reset/v1/0": [mamba | same | {"inductor.b@2": {"config": "X: 2"}}],
+            },
+            "differences": {
+                "inductor.b@2[config]": {"stock/v1/0/rank0": "X: 4", "reset/v1/0/rank0": "X: 2"}
+            },
+        },
+    }
+    before = report.autotune_markdown(timing)
+    assert "3 kernel and tuning-key pairs in 2 engine ranks 1 picked otherwise:" in before
+    committed = json.loads(compact.converted(json.dumps(timing)))
+    assert committed["autotune"]["inductor_alike"] == ["inductor.a@1[config]"]
+    assert all("inductor.a@1" not in ranks[0] for ranks in committed["autotune"]["picks"].values())
+    assert report.autotune_markdown(committed) == before
+    assert compact.converted(compact.converted(json.dumps(timing))) == compact.converted(
+        json.dumps(timing)
+    )

@@ -33,9 +33,9 @@ replay_s resolves µs (bench/results/engine-harness-history.md).  The engines
 run with arms.DETERMINISTIC_ENV and, compiled, Inductor's deterministic mode
 (arms.compilation_config), as the identity check's do, and the run's first
 engine starts alone, so that every later one reads its Triton autotuning picks
-(autotune.py): every arm runs the same compiled kernels, so a difference
-between arms is not a different autotuning pick; timing.json's "autotune"
-shows each engine's picks.
+of the Mamba kernels (autotune.py); Inductor's kernels are each arm's compile
+cache's.  timing.json's "autotune" keeps each engine's picks of both, and the
+report names the kernels whose pick differs between engines.
 Each round takes one sample of every (arm, batch size) of one runner, in an
 order shuffled by `random.Random(seed, runner, round)`, so drift over the
 run falls on every arm alike and no arm keeps the same neighbour. Intervals

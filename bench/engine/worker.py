@@ -28,7 +28,8 @@ replies do not go there):
                                                     decode steps (torch.profiler), per step
                                                     ("workload": "mixed": of mixed steps)
     {"op": "autotune"}                              every rank's Triton autotuning picks
-                                                    of the Mamba kernels (autotune.py)
+                                                    of the Mamba kernels and Inductor's
+                                                    (autotune.py)
     {"op": "quit"}
 """
 
@@ -325,7 +326,7 @@ def by_rank(replies: Sequence[tuple[int, Any]], tp: int) -> list[Any]:
 
 
 def _rank_picks(worker: Any) -> dict[str, dict[str, str]]:
-    return autotune.picks()
+    return autotune.picks() | autotune.inductor_picks()
 
 
 def _init_weights(worker: Any) -> int:
@@ -368,7 +369,8 @@ class Engine:
         return {"start_s": time.perf_counter() - began, "parameters": counts[0]}
 
     def autotune_picks(self) -> dict:
-        """Every rank's Triton autotuning picks of the Mamba kernels (autotune.picks)."""
+        """Every rank's Triton autotuning picks of the Mamba kernels and Inductor's
+        (autotune.picks, autotune.inductor_picks)."""
         return {"picks": self._each_rank(_rank_picks)}
 
     def block_size(self) -> int:
