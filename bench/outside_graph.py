@@ -42,7 +42,7 @@ Mamba-2 hybrid is: Mamba's attention builder supports full graphs of uniform bat
 only (UNIFORM_BATCH), so vLLM turns a FULL mode for mixed batches into
 FULL_AND_PIECEWISE or FULL_DECODE_ONLY (bench/test_outside_graph.py checks both in
 each release's source), and the builder counts each request of a uniform batch as a
-decode (its decode threshold is 1 + the speculative tokens). V2's replay wrapper
+decode (its decode threshold is at least 1 + the speculative tokens). V2's replay wrapper
 (bench/engine/outside_graph_v2.py) draws exactly what each graph's capture took.
 DBO micro-batches keep stock's inline draw, as in the default.
 """

@@ -68,9 +68,14 @@ def inductor_picks(objects: Iterable[Any] | None = None) -> dict[str, dict[str, 
     return dict(sorted(found.items()))
 
 
+def pick_name(kernel: str, key: str) -> str:
+    """How a kernel's pick for one tuning key is named: kernel[key]."""
+    return f"{kernel}[{key}]"
+
+
 def differences(by_engine: dict[str, dict[str, dict[str, str]]]) -> dict[str, dict[str, str]]:
     """The kernels (and tuning keys) whose pick is not the same in every engine given:
-    kernel/key -> {engine: its pick}; empty where all agree.  An engine that has no
+    pick_name -> {engine: its pick}; empty where all agree.  An engine that has no
     pick for a key counts as picking nothing ("-")."""
     keys = {
         (kernel, key)
@@ -84,5 +89,5 @@ def differences(by_engine: dict[str, dict[str, dict[str, str]]]) -> dict[str, di
             engine: picked.get(kernel, {}).get(key, "-") for engine, picked in by_engine.items()
         }
         if len(set(seen.values())) > 1:
-            out[f"{kernel}[{key}]"] = seen
+            out[pick_name(kernel, key)] = seen
     return out

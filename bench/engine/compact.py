@@ -326,8 +326,8 @@ def _short_kernels(data: dict[str, Any]) -> dict[str, Any]:
 def _short_autotune(data: dict[str, Any]) -> dict[str, Any]:
     """`data` (a timing record, and each run merged into it) with the Inductor kernels
     that every engine picked alike left out of the engines' picks, and named once
-    instead, as kernel[key], under "inductor_alike" (report.autotune_markdown counts them)."""
-    from .autotune import INDUCTOR
+    instead (autotune.pick_name), under "inductor_alike" (report.autotune_markdown counts them)."""
+    from .autotune import INDUCTOR, pick_name
 
     for part in [data, *data.get("runs", [])]:
         kept = part.get("autotune")
@@ -338,8 +338,8 @@ def _short_autotune(data: dict[str, Any]) -> dict[str, Any]:
         for ranks in kept["picks"].values():
             for picks in ranks if isinstance(ranks, list) else []:
                 for kernel in [k for k in picks if k.startswith(INDUCTOR)]:
-                    keys = [key for key in picks[kernel] if f"{kernel}[{key}]" not in apart]
-                    alike.update(f"{kernel}[{key}]" for key in keys)
+                    keys = [key for key in picks[kernel] if pick_name(kernel, key) not in apart]
+                    alike.update(pick_name(kernel, key) for key in keys)
                     for key in keys:
                         del picks[kernel][key]
                     if not picks[kernel]:

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from . import autotune
 from . import compact as compact_module
 from . import timing as timing_module
 from .arms import (
@@ -651,7 +652,7 @@ def autotune_markdown(timing: dict[str, Any]) -> str:
     differing = {name: seen for part in kept for name, seen in part["differences"].items()}
     unread = [engine for part in kept for engine, p in part["picks"].items() if "error" in p]
     alike = {name for part in kept for name in part.get("inductor_alike", [])}
-    pairs = len({f"{kernel}[{key}]" for kernel, key in picked} | alike)
+    pairs = len({autotune.pick_name(kernel, key) for kernel, key in picked} | alike)
     out = [
         f"\n{pairs} kernel and tuning-key pairs in {len(ranks)} engine ranks "
         + ("all picked alike.\n" if not differing else f"{len(differing)} picked otherwise:\n")
