@@ -61,9 +61,10 @@ def inductor_picks(objects: Iterable[Any] | None = None) -> dict[str, dict[str, 
     for kernel in gc.get_objects() if objects is None else objects:
         if not isinstance(kernel, CachingAutotuner) or len(kernel.launchers) != 1:
             continue
-        source = getattr(kernel.fn, "src", "") or ""
+        fn = getattr(kernel, "fn", None)
+        source = getattr(fn, "src", "") or ""
         digest = hashlib.sha256(source.encode()).hexdigest()[:8]
-        name = f"{INDUCTOR}{getattr(kernel.fn, '__name__', '?')}@{digest}"
+        name = f"{INDUCTOR}{getattr(fn, '__name__', '?')}@{digest}"
         found[name] = {"config": str(kernel.launchers[0].config)}
     return dict(sorted(found.items()))
 
