@@ -145,12 +145,13 @@ def kernels_markdown(paths: Sequence[Path]) -> str:
 
 RNG_PATH = (
     ("stock's draws", "random_from_to_kernel"),
-    ("replay prologue", "FillFunctor<long>"),
+    ("int64 fills", "FillFunctor<long>"),
     ("seed kernel", "stock_seeds_kernel"),
 )
 """The seed path's kernels, by what their names contain: torch.randint's (stock's draw per
-SSU call, floor-rng's one per forward), the two int64 fills with which CUDAGraph.replay
-hands a graph that draws the generator's seed and offset, and the reset design's op."""
+SSU call, floor-rng's one per forward); int64 fills, which in a decode step are the two
+with which CUDAGraph.replay hands a graph that draws the generator's seed and offset
+(its prologue; a mixed step's eager code may fill others); the reset design's op."""
 
 
 def rng_path_markdown(paths: Sequence[Path]) -> str:
