@@ -204,7 +204,16 @@ def main(argv: list[str] | None = None) -> int:
         if args.rng_path
         else markdown
     )
-    print(table(sorted(args.records)), end="")
+    kind = "identity" if args.starts else "timing"
+    try:
+        print(table(sorted(args.records)), end="")
+    except (OSError, ValueError) as error:
+        raise SystemExit(f"offsets: {error}") from None
+    except (KeyError, TypeError, AttributeError) as error:
+        raise SystemExit(
+            f"offsets: a record is not of the form {kind} records have ({error!r}): give "
+            f"{kind} records (bench/results/*.{kind}.json)"
+        ) from None
     return 0
 
 

@@ -129,3 +129,15 @@ def test_the_committed_rng_path_table_is_what_the_records_give() -> None:
     )
     records = sorted(ROOT / "bench/results" / f"{stem}.timing.json" for stem in stems)
     assert len(records) == 4 and table == offsets.rng_path_markdown(records)
+
+
+def test_a_bad_record_is_answered_in_one_line(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text("{}")
+    with pytest.raises(SystemExit, match=r"^offsets: a record is not of the form timing"):
+        offsets.main(["--rng-path", str(bad)])
+    with pytest.raises(SystemExit, match=r"^offsets: .*No such file"):
+        offsets.main(["--kernels", str(tmp_path / "missing.json")])
+    bad.write_text("not json")
+    with pytest.raises(SystemExit, match=r"^offsets: Expecting value"):
+        offsets.main([str(bad)])
