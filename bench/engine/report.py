@@ -545,7 +545,7 @@ def from_partials(specs: Sequence[str]) -> dict[str, Any]:
         if not sep or runner not in {r.value for r in Runner}:
             raise SystemExit(f"--partial takes RUNNER=PATH with RUNNER v1 or v2, got {spec!r}")
         steps.add(steps_of_partial(Path(path).name, runner))
-        samples = {int(bs): per_arm for bs, per_arm in json.loads(Path(path).read_text()).items()}
+        samples = {int(bs): per_arm for bs, per_arm in _read(Path(path)).items()}
         parts.setdefault(runner, []).append(timing_module.runner_result(samples, runner))
     runners = {
         runner: {**concatenate(runner, results), "partial": True}
@@ -745,29 +745,48 @@ def main(argv: list[str] | None = None) -> int:
         "go beside the engine's",
     )
     args = parser.parse_args(argv)
+    try:
+        outputs = _outputs(args)
+    except (KeyError, TypeError, AttributeError, ValueError) as error:
+        raise SystemExit(
+            f"report: a record is not of the form its option takes ({error!r}): give "
+            "--identity identity records, --timing timing.json files, --partial "
+            "timing-<runner>-partial.json files"
+        ) from None
+    for suffix, text in outputs.items():
+        args.prefix.with_suffix(suffix).write_text(text)
+    return 0
+
+
+def _read(path: Path) -> Any:
+    """A record file's JSON; SystemExit, in one line, where it cannot be read."""
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError) as error:
+        raise SystemExit(f"report: {path}: {error}") from None
+
+
+def _outputs(args: argparse.Namespace) -> dict[str, str]:
+    """What main writes, by the prefix's suffix: every input read and checked first, so
+    that a bad one leaves no file written."""
     parts = []
+    outputs = {}
     if args.identity:
-        runs = [json.loads(path.read_text()) for path in args.identity]
+        runs = [_read(path) for path in args.identity]
         merged = merge_identity(runs)
         compact = {"records": merged, "engagement": {}}
         for run in runs:
             compact["engagement"].update(compact_module.unpacked(run)["engagement"])
-        args.prefix.with_suffix(".identity.json").write_text(
-            compact_module.dumps_identity(compact_module.packed(compact))
-        )
+        outputs[".identity.json"] = compact_module.dumps_identity(compact_module.packed(compact))
         parts.append("## Identity to stock\n\n" + identity_markdown(merged))
     if args.timing or args.partial:
         timing = (
-            merge_timing([json.loads(path.read_text()) for path in args.timing])
+            merge_timing([_read(path) for path in args.timing])
             if args.timing
             else from_partials(args.partial)
         )
-        args.prefix.with_suffix(".timing.json").write_text(
-            compact_module.converted(json.dumps(timing, sort_keys=True))
-        )
-        predicted = (
-            predictions(json.loads(args.microbench.read_text())) if args.microbench else None
-        )
+        outputs[".timing.json"] = compact_module.converted(json.dumps(timing, sort_keys=True))
+        predicted = predictions(_read(args.microbench)) if args.microbench else None
         tp = timing.get("tp", 1)
         parts.append(
             steps_heading(timing)
@@ -781,13 +800,13 @@ def main(argv: list[str] | None = None) -> int:
         if starts := start_markdown(timing):
             parts.append("## Engine start per arm\n" + starts)
         if picks := autotune_markdown(timing):
-            parts.append("## Triton autotuning picks of the Mamba kernels\n" + picks)
+            parts.append("## Autotuning picks: the Mamba kernels' and Inductor's\n" + picks)
         if ranks := rank_markdown(timing):
             parts.append("## Replay per TP rank\n" + ranks)
         if any(result.get("profile") for result in timing["runners"].values()):
             parts.append(f"## GPU kernels per {profiled_step(timing)}\n" + profile_markdown(timing))
-    args.prefix.with_suffix(".md").write_text("\n".join(parts))
-    return 0
+    outputs[".md"] = "\n".join(parts)
+    return outputs
 
 
 if __name__ == "__main__":

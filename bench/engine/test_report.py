@@ -448,3 +448,16 @@ def test_the_committed_form_keeps_the_count_and_the_inductor_kernels_apart() -> 
     assert compact.converted(compact.converted(json.dumps(timing))) == compact.converted(
         json.dumps(timing)
     )
+
+
+def test_a_bad_record_is_answered_in_one_line_and_nothing_is_written(tmp_path: Path) -> None:
+    good = tmp_path / "timing.json"
+    good.write_text(json.dumps({"runners": {}}))
+    prefix = tmp_path / "out"
+    with pytest.raises(SystemExit, match=r"^report: .*missing.json: \[Errno 2\]"):
+        report.main(["--timing", str(tmp_path / "missing.json"), "--prefix", str(prefix)])
+    bad = tmp_path / "bad.json"
+    bad.write_text("{}")
+    with pytest.raises(SystemExit, match=r"^report: a record is not of the form its option"):
+        report.main(["--identity", str(good), "--timing", str(bad), "--prefix", str(prefix)])
+    assert not list(tmp_path.glob("out*")), "a bad input leaves no file written"

@@ -189,11 +189,20 @@ def main(argv: list[str] | None = None) -> int:
         "--title", default="Serve run: vllm serve per arm, measured by vllm bench serve"
     )
     args = parser.parse_args(argv)
-    data = json.loads(Path(args.records).read_text())
-    text = markdown(data, args.title)
+    try:
+        data = json.loads(Path(args.records).read_text())
+    except (OSError, ValueError) as error:
+        raise SystemExit(f"serve report: {args.records}: {error}") from None
+    try:
+        text, committed = markdown(data, args.title), records.committed_text(data)
+    except (KeyError, TypeError, AttributeError, ValueError) as error:
+        raise SystemExit(
+            f"serve report: {args.records} is not a serve run's records ({error!r}): give "
+            "the serve.json that `tests/gpu/vllm/engine.sh serve` writes"
+        ) from None
     if args.prefix:
         Path(args.prefix + ".md").write_text(text)
-        Path(args.prefix + ".serve.json").write_text(records.committed_text(data))
+        Path(args.prefix + ".serve.json").write_text(committed)
     print(text, end="")
     return 0
 

@@ -514,3 +514,16 @@ def test_host_load_over_a_block_from_two_proc_stat_reads(tmp_path: Path) -> None
     with host_load.Window(stat) as window:
         stat.write_text(after)
     assert window.summary()["busy_pct"] == 40.0
+
+
+def test_a_bad_serve_record_is_answered_in_one_line_and_nothing_is_written(
+    tmp_path: Path,
+) -> None:
+    prefix = tmp_path / "out"
+    with pytest.raises(SystemExit, match=r"^serve report: .*missing.json: \[Errno 2\]"):
+        report.main([str(tmp_path / "missing.json"), "--prefix", str(prefix)])
+    bad = tmp_path / "bad.json"
+    bad.write_text("{}")
+    with pytest.raises(SystemExit, match=r"is not a serve run's records \(KeyError"):
+        report.main([str(bad), "--prefix", str(prefix)])
+    assert not list(tmp_path.glob("out*"))
