@@ -35,9 +35,11 @@ from .envs import RESUME_ENV
 from .settings import CONTROL, Settings, Shape, from_env
 
 MODEL_DIR = Path("/tmp/sr-serve/model")
-FIRST_START_GUESS_S = 150.0
-"""A server's seconds to /health on a cold machine (compile and autotuning), before
-this run has timed one."""
+FIRST_START_GUESS_S = 210.0
+"""An arm's server's seconds to /health before this machine has timed one: a fresh
+machine's first start of a vLLM copy took 180-208 s (Python imports in each of the
+server's processes, compile, FlashInfer's JIT, autotuning;
+bench/results/serve-nvidia-h200-20261205-starts.md)."""
 FIRST_BLOCK_GUESS_S = 30.0
 """A block's seconds (the slowest default shape, warmups included), before this run
 has timed one."""
@@ -122,11 +124,11 @@ class Run:
             lambda arm, runner: server.environment(arm, runner, sites[arm.site], settings)
         )
         self.resident: dict[str, Resident] = {}  # arm name -> its running server
-        self.slowest_start = 0.0
         self.slowest_block = 0.0
         self.began = time.monotonic()
         meta = self.data["meta"]
         meta.setdefault("kv_cache_dtype", settings.kv_cache_dtype)
+        meta.setdefault("last_start_s", {})
         meta["settings"] = {**asdict(settings), "arms": [a.name for a in settings.arms]}
         meta["vllm"] = site_vllm_version(sites.get("stock"))
         meta["model"] = model_dir.serve_config(settings.spec_tokens)
@@ -155,8 +157,40 @@ class Run:
                 f"(run again to resume)"
             )
 
-    def start_guess(self) -> float:
-        return self.slowest_start or FIRST_START_GUESS_S
+    def start_guess(self, arm: Arm, runner: Runner) -> float:
+        """The arm's last start on this runner in these records, which live on the
+        machine with the caches that start warmed (SR_SERVE_RESUME, /tmp); else
+        FIRST_START_GUESS_S."""
+        return self.data["meta"]["last_start_s"].get(f"{runner.value}/{arm.name}") or (
+            FIRST_START_GUESS_S
+        )
+
+    def started(self, arm: Arm, runner: Runner, start_s: float) -> None:
+        self.data["meta"]["last_start_s"][f"{runner.value}/{arm.name}"] = round(start_s, 1)
+
+    def warm_up(self, runner: Runner, arms: Sequence[Arm]) -> None:
+        """Each of `arms` never started on this runner here: its server started alone and
+        stopped, so that its caches (compile, FlashInfer's JIT, autotuning) are warm for
+        the round; meta.warm_starts keeps each start.  A cold round of three servers
+        does not fit one device call, a warm one does."""
+        for arm in arms:
+            if f"{runner.value}/{arm.name}" in self.data["meta"]["last_start_s"]:
+                continue
+            self.fits(self.start_guess(arm, runner), f"warming {arm.name}'s server up")
+            name = f"{runner.value}-warm-{arm.name}"
+            log(f"{runner.value}/{arm.name}: warming its server up (the round fits only warm)")
+            try:
+                srv, start_s = self.start(arm, runner, name)
+            except (server.ServerDied, server.ServerTimeout) as error:
+                log(f"{runner.value}/{arm.name}: the warm-up did not start: {error}")
+                continue
+            srv.stop()
+            self.started(arm, runner, start_s)
+            self.data["meta"].setdefault("warm_starts", {})[f"{runner.value}/{arm.name}"] = round(
+                start_s, 1
+            )
+            self.save()
+            log(f"{runner.value}/{arm.name}: warmed up in {start_s:.0f} s")
 
     def block_guess(self) -> float:
         return self.slowest_block or FIRST_BLOCK_GUESS_S
@@ -211,8 +245,7 @@ class Run:
             log(f"{key}: the server did not start: {str(error).splitlines()[0]}")
             self.save()
             return
-        finally:
-            self.slowest_start = max(self.slowest_start, time.monotonic() - launched)
+        self.started(arm, runner, start_s)
         cell.setdefault("starts", []).append(start_s)
         cell["kv_cache_dtype"] = self.data["meta"]["kv_cache_dtype"]
         self.resident[arm.name] = Resident(srv, cell, key, len(cell["starts"]) - 1, launched)
@@ -258,10 +291,17 @@ class Run:
         if not todo:
             log(f"{label}: done before")
             return
-        self.fits(
-            self.start_guess() * len(todo) + self.block_guess(),
-            f"{len(todo)} server starts and a block",
-        )
+        starting = [arm for arm in settings.arms if arm.name in todo]
+
+        def fits_the_round() -> None:
+            need = sum(self.start_guess(arm, rnd.runner) for arm in starting)
+            self.fits(need + self.block_guess(), f"{len(todo)} server starts and a block")
+
+        try:
+            fits_the_round()
+        except OutOfBudget:
+            self.warm_up(rnd.runner, starting)
+            fits_the_round()
         try:
             for arm in settings.arms:
                 if arm.name in todo:
@@ -286,7 +326,7 @@ class Run:
         if "identity" in self.data["cells"].get(key, {}):
             log(f"{key}: done before")
             return
-        self.fits(self.start_guess(), "a server start")
+        self.fits(self.start_guess(CONTROL, rnd.runner), "a server start")
         try:
             self.launch(rnd.runner, rnd.pair, CONTROL)
             if CONTROL.name in self.resident:

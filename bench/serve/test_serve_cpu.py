@@ -359,6 +359,28 @@ def test_the_budget_stops_before_a_block_that_would_not_fit(
     assert records.load(tmp_path / "resume" / "serve.json")["cells"] == data["cells"]
 
 
+def test_a_round_that_fits_only_warm_warms_each_server_up_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Three cold starts and a block do not fit, one cold start does: each arm's server
+    starts alone and stops, and the round then runs on the warm starts; a later call on
+    the same machine (the same resume file) warms nothing up."""
+    monkeypatch.setattr(run, "FIRST_START_GUESS_S", 100.0)
+    fake = cpu_fakes.FakeClient()
+    first = _run(tmp_path, fake, budget_s=250.0, pairs=1)
+    data = first.all()
+    assert list(data["meta"]["warm_starts"]) == [f"v1/{arm}" for arm in ABC]
+    assert all(len(data["cells"][f"v1/p1/{arm}"]["starts"]) == 1 for arm in ABC)
+    assert fake.calls, "the round ran after the warm-up"
+    assert {f"v1/{arm}" for arm in ABC} <= set(data["meta"]["last_start_s"])
+    later = _run(tmp_path, cpu_fakes.FakeClient(), budget_s=250.0, pairs=1)
+    later.warm_up = None  # type: ignore[assignment]  # called, it would fail the run
+    stock = first.settings.arms[0]
+    assert later.start_guess(stock, Runner.V2) == 100.0, "never started on V2 here"
+    assert later.start_guess(stock, Runner.V1) < 100.0
+    later.all()
+
+
 def test_server_command_has_the_seed_documents_flags(tmp_path: Path) -> None:
     argv = server.command(_settings(), tmp_path, 8123, "fp8")
     text = " ".join(argv)

@@ -54,6 +54,14 @@ export SR_ENGINE_SITES="stock=$site,reset=$site-reset,forward-context=$site-forw
 export SR_ENGINE_GPUS=${SR_ENGINE_GPUS:-$(nvidia-smi --query-gpu=index --format=csv,noheader \
   | head -n $((2 * tp)) | paste -sd, -)}
 status=0
+# The GPU machine sets PYTHONDONTWRITEBYTECODE=1 and the staging installs with --no-compile,
+# so every process compiled vLLM's modules again (24-27 s to import the API server, 19-20 s
+# with .pyc files: bench/results/serve-nvidia-h200-20261205-starts.md). The site's bytecode
+# is written once, before the copies link to it; a patched file's .pyc no longer matches its
+# source, and Python compiles that file alone.
+if [ ! -e "$site.compiled" ]; then
+  python3 -m compileall -q -j 0 "$site" > /dev/null 2>&1; touch "$site.compiled"
+fi
 for design in reset forward-context; do
   copy=$site-$design
   if [ "$(cat "$copy.patched" 2>/dev/null)" != "$stamp" ]; then

@@ -35,6 +35,8 @@ for wheel in "$here"/*.whl; do
     | grep -v '^WARNING' || true
   if PYTHONPATH=$site:$deps python3 -c "import $mod" 2>/dev/null; then installed+=("$mod"); else failed+=("$mod"); fi
 done
+# Their bytecode once (the GPU machine sets PYTHONDONTWRITEBYTECODE=1): see engine.sh.
+python3 -m compileall -q -j 0 "$deps" > /dev/null 2>&1 || true
 echo "serve deps installed into $deps: ${installed[*]:-none (all imported already)}"
 [ ${#failed[@]} = 0 ] || echo "could not install (vllm serve may still run without them): ${failed[*]}"
 PYTHONPATH=$site:$deps VLLM_ENABLE_V1_MULTIPROCESSING=0 python3 -c "
