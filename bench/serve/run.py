@@ -40,6 +40,10 @@ FIRST_START_GUESS_S = 210.0
 machine's first start of a vLLM copy took 180-208 s (Python imports in each of the
 server's processes, compile, FlashInfer's JIT, autotuning;
 bench/results/serve-nvidia-h200-20261205-starts.md)."""
+WARM_START_GUESS_S = 90.0
+"""An arm's server's seconds to /health after its warm-up on this machine, before a warm
+start has been timed: 48 s on 2026-12-03 (serve-nvidia-h200-20261203.md), with margin for
+the processes' imports (~20 s each)."""
 FIRST_BLOCK_GUESS_S = 30.0
 """A block's seconds (the slowest default shape, warmups included), before this run
 has timed one."""
@@ -160,10 +164,11 @@ class Run:
     def start_guess(self, arm: Arm, runner: Runner) -> float:
         """The arm's last start on this runner in these records, which live on the
         machine with the caches that start warmed (SR_SERVE_RESUME, /tmp); else
-        FIRST_START_GUESS_S."""
-        return self.data["meta"]["last_start_s"].get(f"{runner.value}/{arm.name}") or (
-            FIRST_START_GUESS_S
-        )
+        WARM_START_GUESS_S after its warm-up, FIRST_START_GUESS_S before."""
+        key, meta = f"{runner.value}/{arm.name}", self.data["meta"]
+        if key in meta["last_start_s"]:
+            return meta["last_start_s"][key]
+        return WARM_START_GUESS_S if key in meta.get("warm_starts", {}) else FIRST_START_GUESS_S
 
     def started(self, arm: Arm, runner: Runner, start_s: float) -> None:
         self.data["meta"]["last_start_s"][f"{runner.value}/{arm.name}"] = round(start_s, 1)
@@ -174,7 +179,7 @@ class Run:
         the round; meta.warm_starts keeps each start.  A cold round of three servers
         does not fit one device call, a warm one does."""
         for arm in arms:
-            if f"{runner.value}/{arm.name}" in self.data["meta"]["last_start_s"]:
+            if self.start_guess(arm, runner) != FIRST_START_GUESS_S:
                 continue
             self.fits(self.start_guess(arm, runner), f"warming {arm.name}'s server up")
             name = f"{runner.value}-warm-{arm.name}"
@@ -185,7 +190,6 @@ class Run:
                 log(f"{runner.value}/{arm.name}: the warm-up did not start: {error}")
                 continue
             srv.stop()
-            self.started(arm, runner, start_s)
             self.data["meta"].setdefault("warm_starts", {})[f"{runner.value}/{arm.name}"] = round(
                 start_s, 1
             )

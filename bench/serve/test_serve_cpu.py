@@ -365,19 +365,21 @@ def test_a_round_that_fits_only_warm_warms_each_server_up_first(
     """Three cold starts and a block do not fit, one cold start does: each arm's server
     starts alone and stops, and the round then runs on the warm starts; a later call on
     the same machine (the same resume file) warms nothing up."""
-    monkeypatch.setattr(run, "FIRST_START_GUESS_S", 100.0)
+    monkeypatch.setattr(run, "FIRST_START_GUESS_S", 150.0)  # 3 x 150 + 30 > 350
     fake = cpu_fakes.FakeClient()
-    first = _run(tmp_path, fake, budget_s=250.0, pairs=1)
+    first = _run(tmp_path, fake, budget_s=350.0, pairs=1)  # 3 x 90 + 30 < 350
     data = first.all()
     assert list(data["meta"]["warm_starts"]) == [f"v1/{arm}" for arm in ABC]
     assert all(len(data["cells"][f"v1/p1/{arm}"]["starts"]) == 1 for arm in ABC)
     assert fake.calls, "the round ran after the warm-up"
     assert {f"v1/{arm}" for arm in ABC} <= set(data["meta"]["last_start_s"])
-    later = _run(tmp_path, cpu_fakes.FakeClient(), budget_s=250.0, pairs=1)
+    later = _run(tmp_path, cpu_fakes.FakeClient(), budget_s=350.0, pairs=1)
     later.warm_up = None  # type: ignore[assignment]  # called, it would fail the run
     stock = first.settings.arms[0]
-    assert later.start_guess(stock, Runner.V2) == 100.0, "never started on V2 here"
-    assert later.start_guess(stock, Runner.V1) < 100.0
+    assert later.start_guess(stock, Runner.V2) == 150.0, "never started on V2 here"
+    assert later.start_guess(stock, Runner.V1) < 90.0, "its warm start in the round"
+    del later.data["meta"]["last_start_s"]["v1/stock"]
+    assert later.start_guess(stock, Runner.V1) == run.WARM_START_GUESS_S, "warmed up only"
     later.all()
 
 
