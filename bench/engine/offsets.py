@@ -33,7 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -114,6 +114,22 @@ def starts_markdown(paths: Sequence[Path]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def profiles(paths: Sequence[Path]) -> Iterator[tuple[str, str, str, str, list, list]]:
+    """Each profiled (record, runner, batch size, arm) of the timing records, arms in name
+    order: its stem, runner, batch size and arm, its kernels ([name, launches, µs] per
+    step) and stock's of the same cell ([] where stock has none)."""
+    for path in paths:
+        stem = Path(path).name.removesuffix(".timing.json")
+        for runner, data in json.loads(Path(path).read_text())["runners"].items():
+            per_arm = data.get("profile") or {}
+            for bs in sorted({bs for per_bs in per_arm.values() for bs in per_bs}, key=int):
+                stock = per_arm.get("stock", {}).get(bs, {}).get("kernels", [])
+                for arm, per_bs in sorted(per_arm.items()):
+                    kernels = per_bs.get(bs, {}).get("kernels")
+                    if kernels is not None:
+                        yield stem, runner, bs, arm, kernels, stock
+
+
 def kernels_markdown(paths: Sequence[Path]) -> str:
     """Per record with profiles, runner, batch size and arm (stock-again included):
     µs less stock's in kernels launched otherwise and alike, and the latter's most apart."""
@@ -124,22 +140,16 @@ def kernels_markdown(paths: Sequence[Path]) -> str:
         "| launched alike, most apart from stock's (µs) |",
         "| --- | --- | ---: | --- | ---: | ---: | --- |",
     ]
-    for path in paths:
-        stem = Path(path).name.removesuffix(".timing.json")
-        for runner, data in json.loads(Path(path).read_text())["runners"].items():
-            profiles = data.get("profile") or {}
-            stock = profiles.get("stock", {})
-            for bs in sorted({bs for per_bs in profiles.values() for bs in per_bs}, key=int):
-                base = {name: (n, us) for name, n, us in stock.get(bs, {}).get("kernels", [])}
-                for arm, per_bs in sorted(profiles.items()):
-                    if arm == "stock" or not base or "kernels" not in per_bs.get(bs, {}):
-                        continue
-                    kernels = {name: (n, us) for name, n, us in per_bs[bs]["kernels"]}
-                    otherwise, alike = launch_split(kernels, base)
-                    lines.append(
-                        f"| {stem} | {runner} | {bs} | {arm} | {otherwise:+.1f} | {alike:+.1f} "
-                        f"| {most_apart(kernels, base)} |"
-                    )
+    for stem, runner, bs, arm, rows, stock in profiles(paths):
+        if arm == "stock" or not stock:
+            continue
+        base = {name: (n, us) for name, n, us in stock}
+        kernels = {name: (n, us) for name, n, us in rows}
+        otherwise, alike = launch_split(kernels, base)
+        lines.append(
+            f"| {stem} | {runner} | {bs} | {arm} | {otherwise:+.1f} | {alike:+.1f} "
+            f"| {most_apart(kernels, base)} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -162,24 +172,14 @@ def rng_path_markdown(paths: Sequence[Path]) -> str:
         f"| record | runner | BS | arm | kernels per step | {columns} |",
         "| --- | --- | ---: | --- | ---: |" + " ---: |" * len(RNG_PATH),
     ]
-    for path in paths:
-        stem = Path(path).name.removesuffix(".timing.json")
-        for runner, data in json.loads(Path(path).read_text())["runners"].items():
-            profiles = data.get("profile") or {}
-            for bs in sorted({bs for per_bs in profiles.values() for bs in per_bs}, key=int):
-                for arm, per_bs in sorted(profiles.items()):
-                    kernels = per_bs.get(bs, {}).get("kernels")
-                    if kernels is None:
-                        continue
-                    cells = []
-                    for _, part in RNG_PATH:
-                        n = sum(launches for name, launches, _ in kernels if part in name)
-                        us = sum(us for name, _, us in kernels if part in name)
-                        cells.append(f"{n:g}, {us:.1f}" if n else "-")
-                    total = sum(launches for _, launches, _ in kernels)
-                    lines.append(
-                        f"| {stem} | {runner} | {bs} | {arm} | {total:g} | {' | '.join(cells)} |"
-                    )
+    for stem, runner, bs, arm, kernels, _ in profiles(paths):
+        cells = []
+        for _, part in RNG_PATH:
+            n = sum(launches for name, launches, _ in kernels if part in name)
+            us = sum(us for name, _, us in kernels if part in name)
+            cells.append(f"{n:g}, {us:.1f}" if n else "-")
+        total = sum(launches for _, launches, _ in kernels)
+        lines.append(f"| {stem} | {runner} | {bs} | {arm} | {total:g} | {' | '.join(cells)} |")
     return "\n".join(lines) + "\n"
 
 
