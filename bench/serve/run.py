@@ -88,6 +88,11 @@ def plan(settings: Settings) -> Iterator[Round]:
             yield Round(runner, pair, settings.shapes_of(pair), control)
 
 
+def start_key(arm: Arm, runner: Runner) -> str:
+    """How the records' meta names an arm's server on a runner: runner/arm."""
+    return f"{runner.value}/{arm.name}"
+
+
 def rotation(arms: Sequence[T], block: int) -> list[T]:
     """Block `block`'s order: the arms as given in even blocks, reversed in odd ones."""
     return list(arms) if block % 2 == 0 else list(reversed(arms))
@@ -132,7 +137,8 @@ class Run:
         self.began = time.monotonic()
         meta = self.data["meta"]
         meta.setdefault("kv_cache_dtype", settings.kv_cache_dtype)
-        meta.setdefault("last_start_s", {})
+        meta.setdefault("last_start_s", {})  # runner/arm -> its last start here (s)
+        meta.setdefault("warm_starts", {})  # runner/arm -> its warm-up's start here (s)
         meta["settings"] = {**asdict(settings), "arms": [a.name for a in settings.arms]}
         meta["vllm"] = site_vllm_version(sites.get("stock"))
         meta["model"] = model_dir.serve_config(settings.spec_tokens)
@@ -165,36 +171,32 @@ class Run:
         """The arm's last start on this runner in these records, which live on the
         machine with the caches that start warmed (SR_SERVE_RESUME, /tmp); else
         WARM_START_GUESS_S after its warm-up, FIRST_START_GUESS_S before."""
-        key, meta = f"{runner.value}/{arm.name}", self.data["meta"]
+        key, meta = start_key(arm, runner), self.data["meta"]
         if key in meta["last_start_s"]:
             return meta["last_start_s"][key]
-        return WARM_START_GUESS_S if key in meta.get("warm_starts", {}) else FIRST_START_GUESS_S
-
-    def started(self, arm: Arm, runner: Runner, start_s: float) -> None:
-        self.data["meta"]["last_start_s"][f"{runner.value}/{arm.name}"] = round(start_s, 1)
+        return WARM_START_GUESS_S if key in meta["warm_starts"] else FIRST_START_GUESS_S
 
     def warm_up(self, runner: Runner, arms: Sequence[Arm]) -> None:
         """Each of `arms` never started on this runner here: its server started alone and
         stopped, so that its caches (compile, FlashInfer's JIT, autotuning) are warm for
         the round; meta.warm_starts keeps each start.  A cold round of three servers
         does not fit one device call, a warm one does."""
+        meta = self.data["meta"]
         for arm in arms:
-            if self.start_guess(arm, runner) != FIRST_START_GUESS_S:
+            key = start_key(arm, runner)
+            if key in meta["last_start_s"] or key in meta["warm_starts"]:
                 continue
-            self.fits(self.start_guess(arm, runner), f"warming {arm.name}'s server up")
-            name = f"{runner.value}-warm-{arm.name}"
-            log(f"{runner.value}/{arm.name}: warming its server up (the round fits only warm)")
+            self.fits(FIRST_START_GUESS_S, f"warming {arm.name}'s server up")
+            log(f"{key}: warming its server up (the round fits only warm)")
             try:
-                srv, start_s = self.start(arm, runner, name)
+                srv, start_s = self.start(arm, runner, f"{runner.value}-warm-{arm.name}")
             except (server.ServerDied, server.ServerTimeout) as error:
-                log(f"{runner.value}/{arm.name}: the warm-up did not start: {error}")
+                log(f"{key}: the warm-up did not start: {error}")
                 continue
             srv.stop()
-            self.data["meta"].setdefault("warm_starts", {})[f"{runner.value}/{arm.name}"] = round(
-                start_s, 1
-            )
+            meta["warm_starts"][key] = round(start_s, 1)
             self.save()
-            log(f"{runner.value}/{arm.name}: warmed up in {start_s:.0f} s")
+            log(f"{key}: warmed up in {start_s:.0f} s")
 
     def block_guess(self) -> float:
         return self.slowest_block or FIRST_BLOCK_GUESS_S
@@ -249,7 +251,7 @@ class Run:
             log(f"{key}: the server did not start: {str(error).splitlines()[0]}")
             self.save()
             return
-        self.started(arm, runner, start_s)
+        self.data["meta"]["last_start_s"][start_key(arm, runner)] = round(start_s, 1)
         cell.setdefault("starts", []).append(start_s)
         cell["kv_cache_dtype"] = self.data["meta"]["kv_cache_dtype"]
         self.resident[arm.name] = Resident(srv, cell, key, len(cell["starts"]) - 1, launched)
