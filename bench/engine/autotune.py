@@ -9,9 +9,10 @@ there reads it; engines that start side by side before there is one each pick
 by timing, under each other's load.  So timing.run starts its first engine
 alone, and asks every engine for its picks.
 
-Inductor's kernels are picked per compile cache, which is per arm (each arm's
-VLLM_CACHE_ROOT): an arm's later engines load what its first compile chose.
-Their configurations (`inductor_picks`) are reported beside the Mamba kernels'.
+Inductor's kernels are compiled per arm (each arm's VLLM_CACHE_ROOT holds its
+compile cache, which the arm's later engines load); arms.compilation_config keeps
+their configurations from being picked by timing.  `inductor_picks` reports them
+beside the Mamba kernels', so a run shows whether every engine ran the same ones.
 """
 
 from __future__ import annotations
