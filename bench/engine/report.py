@@ -512,8 +512,9 @@ def profile_markdown(timing: dict[str, Any]) -> str:
                 versus = arm != STOCK.name and base
                 shown = ("; ".join(differ) or "none") if versus else "-"
                 apart = most_apart(kernels, base) if versus else "-"
-                otherwise, alike = launch_split(kernels, base)
-                split = f"{otherwise:+.1f} | {alike:+.1f}" if versus else "- | -"
+                split = (
+                    "{:+.1f} | {:+.1f}".format(*launch_split(kernels, base)) if versus else "- | -"
+                )
                 out.append(
                     f"| {arm} | {launches:g} | {device_us:.1f} | {split} | {shown} | {apart} |"
                 )
