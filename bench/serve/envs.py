@@ -47,8 +47,8 @@ VARIABLES: tuple[Variable, ...] = (
     Variable(
         ARMS_ENV,
         "stock,reset,forward-context",
-        "the measured arms, in each round's start order (stock first: it leads the Triton "
-        "autotuning cache); their servers stay up together through the round",
+        "the measured arms, in each round's block order (and start order where they start "
+        "one after another); their servers stay up together through the round",
         "settings.py",
     ),
     Variable(

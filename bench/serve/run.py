@@ -1,6 +1,7 @@
 """The serve run (tests/gpu/vllm/engine.sh serve).  Per runner and round: one `vllm
-serve` per measured arm (server.py), started one after another, stock first, each
-ready before the next starts, and kept up together; the identity requests
+serve` per measured arm (server.py), kept up together: launched together where each
+arm's server has started on this machine before (warm caches), else one after another,
+stock first, each ready before the next starts; the identity requests
 (identity.py) on each, in arm order; per shape, SR_SERVE_BLOCKS blocks, each one
 `vllm bench serve` run (bench_client.py) per arm against that arm's server, the arms
 in order in even blocks and reversed in odd ones (ABC CBA ...), so that each arm runs
@@ -176,27 +177,37 @@ class Run:
             return meta["last_start_s"][key]
         return WARM_START_GUESS_S if key in meta["warm_starts"] else FIRST_START_GUESS_S
 
+    def started_here(self, arm: Arm, runner: Runner) -> bool:
+        """Whether the arm's server has started on this runner on this machine (in the
+        round or its warm-up), so that its caches are warm."""
+        key, meta = start_key(arm, runner), self.data["meta"]
+        return key in meta["last_start_s"] or key in meta["warm_starts"]
+
     def warm_up(self, runner: Runner, arms: Sequence[Arm]) -> None:
-        """Each of `arms` never started on this runner here: its server started alone and
-        stopped, so that its caches (compile, FlashInfer's JIT, autotuning) are warm for
-        the round; meta.warm_starts keeps each start.  A cold round of three servers
-        does not fit one device call, a warm one does."""
+        """Each of `arms` never started on this runner here: its server started and
+        stopped, all of them together, so that their caches (compile, FlashInfer's JIT,
+        autotuning) are warm for the round; meta.warm_starts keeps each start.  A cold
+        round of three servers does not fit one device call, a warm one does.  Triton's
+        autotuning of the Mamba-2 SSD kernels runs in each warming server at once; the
+        picks the cache keeps (TRITON_CACHE_AUTOTUNING) are then every round server's."""
         meta = self.data["meta"]
-        for arm in arms:
+        cold = [arm for arm in arms if not self.started_here(arm, runner)]
+        if not cold:
+            return
+        names = ", ".join(arm.name for arm in cold)
+        self.fits(FIRST_START_GUESS_S, f"warming {names} up")
+        log(f"{runner.value}: warming {names} up together (the round fits only warm)")
+        named = [(arm, f"{runner.value}-warm-{arm.name}") for arm in cold]
+        for (arm, _), outcome in zip(named, self.start_together(runner, named), strict=True):
             key = start_key(arm, runner)
-            if key in meta["last_start_s"] or key in meta["warm_starts"]:
+            if isinstance(outcome, Exception):
+                log(f"{key}: the warm-up did not start: {outcome}")
                 continue
-            self.fits(FIRST_START_GUESS_S, f"warming {arm.name}'s server up")
-            log(f"{key}: warming its server up (the round fits only warm)")
-            try:
-                srv, start_s = self.start(arm, runner, f"{runner.value}-warm-{arm.name}")
-            except (server.ServerDied, server.ServerTimeout) as error:
-                log(f"{key}: the warm-up did not start: {error}")
-                continue
+            srv, start_s = outcome
             srv.stop()
             meta["warm_starts"][key] = round(start_s, 1)
-            self.save()
             log(f"{key}: warmed up in {start_s:.0f} s")
+        self.save()
 
     def block_guess(self) -> float:
         return self.slowest_block or FIRST_BLOCK_GUESS_S
@@ -235,28 +246,81 @@ class Run:
                 raise
         raise AssertionError("unreachable")
 
-    def launch(self, runner: Runner, pair: int, arm: Arm) -> None:
-        """The arm's server of this round, ready and resident; where it does not start,
-        the error goes in its cell and the round goes on without it."""
-        key = records.cell_key(runner.value, pair, arm.name)
-        cell = self.data["cells"].setdefault(
-            key, {"arm": arm.name, "runner": runner.value, "pair": pair}
-        )
-        log(f"{key}: starting the server ({len(self.resident)} up)")
-        launched = time.monotonic()
+    def start_together(
+        self, runner: Runner, named: Sequence[tuple[Arm, str]]
+    ) -> list[tuple[server.Server, float] | Exception]:
+        """Per (arm, name), a ready server and its seconds from its own launch, or why it
+        did not start.  Several are launched at once, then awaited; one that dies or
+        times out among them starts again alone (start(), with its KV dtype fallback).
+        One is just start()."""
+        if len(named) == 1:
+            ((arm, name),) = named
+            try:
+                return [self.start(arm, runner, name)]
+            except (server.ServerDied, server.ServerTimeout) as error:
+                return [error]
+        kv = self.data["meta"]["kv_cache_dtype"]
+        launched: list[server.Server] = []
+        outcomes: list[tuple[server.Server, float] | Exception] = []
         try:
-            srv, start_s = self.start(arm, runner, key.replace("/", "-"))
-        except (server.ServerDied, server.ServerTimeout) as error:
-            cell.setdefault("errors", []).append(f"start: {error}"[-3000:])
-            log(f"{key}: the server did not start: {str(error).splitlines()[0]}")
+            for arm, name in named:
+                launched.append(
+                    server.Server.launch(
+                        lambda port, arm=arm: self.argv_for(arm, runner, port, kv),
+                        self.env_for(arm, runner),
+                        self.out / "serve-logs" / f"{name}.log",
+                        self.pid_dir / f"{name}.pid",
+                    )
+                )
+            for (arm, name), srv in zip(named, launched, strict=True):
+                try:
+                    outcomes.append((srv, srv.wait_ready(self.settings.start_timeout)))
+                except (server.ServerDied, server.ServerTimeout) as error:
+                    srv.stop(grace=10)
+                    log(f"{name}: no start beside the others ({str(error).splitlines()[0]})")
+                    try:
+                        outcomes.append(self.start(arm, runner, f"{name}-alone"))
+                    except (server.ServerDied, server.ServerTimeout) as again:
+                        outcomes.append(again)
+        except BaseException:
+            ready = [o[0] for o in outcomes if not isinstance(o, Exception)]
+            with contextlib.ExitStack() as stops:
+                for srv in {id(srv): srv for srv in launched + ready}.values():
+                    stops.callback(srv.stop, 10)
+            raise
+        return outcomes
+
+    def launch(self, runner: Runner, pair: int, arms: Sequence[Arm], together: bool) -> None:
+        """The round's servers of `arms`, ready and resident: launched together where
+        `together`, else one after another, each ready before the next starts; where
+        one does not start, the error goes in its cell and the round goes on without it."""
+        cells = {}
+        for arm in arms:
+            key = records.cell_key(runner.value, pair, arm.name)
+            cells[arm.name] = self.data["cells"].setdefault(
+                key, {"arm": arm.name, "runner": runner.value, "pair": pair}
+            )
+        groups = [list(arms)] if together else [[arm] for arm in arms]
+        for group in groups:
+            keys = [records.cell_key(runner.value, pair, arm.name) for arm in group]
+            log(f"{', '.join(keys)}: starting ({len(self.resident)} up)")
+            named = [(arm, key.replace("/", "-")) for arm, key in zip(group, keys, strict=True)]
+            outcomes = self.start_together(runner, named)
+            for arm, key, outcome in zip(group, keys, outcomes, strict=True):
+                cell = cells[arm.name]
+                if isinstance(outcome, Exception):
+                    cell.setdefault("errors", []).append(f"start: {outcome}"[-3000:])
+                    log(f"{key}: the server did not start: {str(outcome).splitlines()[0]}")
+                    continue
+                srv, start_s = outcome
+                self.data["meta"]["last_start_s"][start_key(arm, runner)] = round(start_s, 1)
+                cell.setdefault("starts", []).append(start_s)
+                cell["kv_cache_dtype"] = self.data["meta"]["kv_cache_dtype"]
+                self.resident[arm.name] = Resident(
+                    srv, cell, key, len(cell["starts"]) - 1, srv.launched
+                )
+                log(f"{key}: ready in {start_s:.0f} s")
             self.save()
-            return
-        self.data["meta"]["last_start_s"][start_key(arm, runner)] = round(start_s, 1)
-        cell.setdefault("starts", []).append(start_s)
-        cell["kv_cache_dtype"] = self.data["meta"]["kv_cache_dtype"]
-        self.resident[arm.name] = Resident(srv, cell, key, len(cell["starts"]) - 1, launched)
-        self.save()
-        log(f"{key}: ready in {start_s:.0f} s")
 
     def stop_resident(self) -> None:
         """Each resident server's engagement lines, then every one of them stops (its
@@ -299,8 +363,12 @@ class Run:
             return
         starting = [arm for arm in settings.arms if arm.name in todo]
 
+        def together() -> bool:
+            return all(self.started_here(arm, rnd.runner) for arm in starting)
+
         def fits_the_round() -> None:
-            need = sum(self.start_guess(arm, rnd.runner) for arm in starting)
+            guesses = [self.start_guess(arm, rnd.runner) for arm in starting]
+            need = max(guesses) if together() else sum(guesses)
             self.fits(need + self.block_guess(), f"{len(todo)} server starts and a block")
 
         try:
@@ -309,9 +377,7 @@ class Run:
             self.warm_up(rnd.runner, starting)
             fits_the_round()
         try:
-            for arm in settings.arms:
-                if arm.name in todo:
-                    self.launch(rnd.runner, rnd.pair, arm)
+            self.launch(rnd.runner, rnd.pair, starting, together())
             for arm in settings.arms:
                 if arm.name in self.resident and todo[arm.name][0]:
                     self.identity(self.resident[arm.name])
@@ -334,7 +400,7 @@ class Run:
             return
         self.fits(self.start_guess(CONTROL, rnd.runner), "a server start")
         try:
-            self.launch(rnd.runner, rnd.pair, CONTROL)
+            self.launch(rnd.runner, rnd.pair, [CONTROL], together=False)
             if CONTROL.name in self.resident:
                 self.identity(self.resident[CONTROL.name])
         finally:

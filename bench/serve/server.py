@@ -15,7 +15,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.engine.arms import (
@@ -165,6 +165,7 @@ class Server:
     port: int
     log: Path
     pid_file: Path | None = None
+    launched: float = field(default_factory=time.monotonic)
 
     @classmethod
     def launch(
@@ -199,8 +200,9 @@ class Server:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
 
     def wait_ready(self, timeout: float, poll: float | None = None) -> float:
-        """Seconds until /health answered 200; ServerDied or ServerTimeout otherwise."""
-        began = time.monotonic()
+        """Seconds from the launch until /health answered 200 (so servers launched together
+        are each timed from their own launch); ServerDied or ServerTimeout otherwise."""
+        began = self.launched
         while True:
             if self.process.poll() is not None:
                 raise ServerDied(

@@ -551,3 +551,39 @@ def test_a_bad_serve_record_is_answered_in_one_line_and_nothing_is_written(
     with pytest.raises(SystemExit, match=r"is not a serve run's records \(KeyError"):
         report.main([str(bad), "--prefix", str(prefix)])
     assert not list(tmp_path.glob("out*"))
+
+
+def test_servers_warm_up_together_and_warm_ones_start_together(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The warm-up launches every arm's server at once; so does the round, whose servers
+    are then all warm, each timed from its own launch."""
+    events: list[str] = []
+    launch, wait_ready = server.Server.launch.__func__, server.Server.wait_ready
+
+    def logged_launch(cls, argv_for, env, log_path, pid_file=None):  # type: ignore[no-untyped-def]
+        events.append(f"launch {log_path.stem}")
+        return launch(cls, argv_for, env, log_path, pid_file)
+
+    def logged_wait(self, timeout, poll=None):  # type: ignore[no-untyped-def]
+        seconds = wait_ready(self, timeout, poll)
+        events.append(f"ready {self.log.stem}")
+        return seconds
+
+    monkeypatch.setattr(server.Server, "launch", classmethod(logged_launch))
+    monkeypatch.setattr(server.Server, "wait_ready", logged_wait)
+    monkeypatch.setattr(run, "FIRST_START_GUESS_S", 150.0)  # 3 x 150 + 30 > 350
+    data = _run(tmp_path, cpu_fakes.FakeClient(), budget_s=350.0, pairs=1).all()
+    warm = [f"v1-warm-{arm}" for arm in ABC]
+    cells = [f"v1-p1-{arm}" for arm in ABC]
+    assert events == [
+        *(f"launch {name}" for name in warm),
+        *(f"ready {name}" for name in warm),
+        *(f"launch {name}" for name in cells),
+        *(f"ready {name}" for name in cells),
+        "launch v1-p1-control-one-seed",  # alone, after the round's servers stopped
+        "ready v1-p1-control-one-seed",
+    ]
+    launches = [data["cells"][f"v1/p1/{arm}"]["starts"][0] for arm in ABC]
+    assert all(0 < s < 30 for s in launches)
+    assert sorted(data["meta"]["warm_starts"]) == sorted(f"v1/{arm}" for arm in ABC)
