@@ -250,9 +250,9 @@ class Run:
         self, runner: Runner, named: Sequence[tuple[Arm, str]]
     ) -> list[tuple[server.Server, float] | Exception]:
         """Per (arm, name), a ready server and its seconds from its own launch, or why it
-        did not start.  Several are launched at once, then awaited; one that dies or
-        times out among them starts again alone (start(), with its KV dtype fallback).
-        One is just start()."""
+        did not start.  Several are launched at once, then awaited in turn; one that dies
+        or times out among them is started once more (start(), with its KV dtype
+        fallback).  One is just start()."""
         if len(named) == 1:
             ((arm, name),) = named
             try:
@@ -279,7 +279,7 @@ class Run:
                     srv.stop(grace=10)
                     log(f"{name}: no start beside the others ({str(error).splitlines()[0]})")
                     try:
-                        outcomes.append(self.start(arm, runner, f"{name}-alone"))
+                        outcomes.append(self.start(arm, runner, f"{name}-again"))
                     except (server.ServerDied, server.ServerTimeout) as again:
                         outcomes.append(again)
         except BaseException:
