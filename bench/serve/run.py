@@ -212,18 +212,24 @@ class Run:
     def block_guess(self) -> float:
         return self.slowest_block or FIRST_BLOCK_GUESS_S
 
+    def launch_one(
+        self, arm: Arm, runner: Runner, name: str, kv: str, log_suffix: str = ""
+    ) -> server.Server:
+        """The arm's server launched (not yet ready), its log and pid file named `name`."""
+        return server.Server.launch(
+            lambda port: self.argv_for(arm, runner, port, kv),
+            self.env_for(arm, runner),
+            self.out / "serve-logs" / f"{name}{log_suffix}.log",
+            self.pid_dir / f"{name}.pid",
+        )
+
     def start(self, arm: Arm, runner: Runner, name: str) -> tuple[server.Server, float]:
         """A ready server; once, where fp8 KV cache is what fails, the rest of the run
         falls back to the model's KV dtype (meta.kv_cache_fallback says why)."""
         meta = self.data["meta"]
         for attempt in (1, 2):
             kv = meta["kv_cache_dtype"]
-            srv = server.Server.launch(
-                lambda port, kv=kv: self.argv_for(arm, runner, port, kv),
-                self.env_for(arm, runner),
-                self.out / "serve-logs" / f"{name}{'' if attempt == 1 else '-retry'}.log",
-                self.pid_dir / f"{name}.pid",
-            )
+            srv = self.launch_one(arm, runner, name, kv, "" if attempt == 1 else "-retry")
             try:
                 return srv, srv.wait_ready(self.settings.start_timeout)
             except BaseException as error:
@@ -264,14 +270,7 @@ class Run:
         outcomes: list[tuple[server.Server, float] | Exception] = []
         try:
             for arm, name in named:
-                launched.append(
-                    server.Server.launch(
-                        lambda port, arm=arm: self.argv_for(arm, runner, port, kv),
-                        self.env_for(arm, runner),
-                        self.out / "serve-logs" / f"{name}.log",
-                        self.pid_dir / f"{name}.pid",
-                    )
-                )
+                launched.append(self.launch_one(arm, runner, name, kv))
             for (arm, name), srv in zip(named, launched, strict=True):
                 try:
                     outcomes.append((srv, srv.wait_ready(self.settings.start_timeout)))
