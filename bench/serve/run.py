@@ -293,20 +293,16 @@ class Run:
         """The round's servers of `arms`, ready and resident: launched together where
         `together`, else one after another, each ready before the next starts; where
         one does not start, the error goes in its cell and the round goes on without it."""
-        cells = {}
-        for arm in arms:
-            key = records.cell_key(runner.value, pair, arm.name)
-            cells[arm.name] = self.data["cells"].setdefault(
-                key, {"arm": arm.name, "runner": runner.value, "pair": pair}
-            )
+        keys = {arm.name: records.cell_key(runner.value, pair, arm.name) for arm in arms}
         groups = [list(arms)] if together else [[arm] for arm in arms]
         for group in groups:
-            keys = [records.cell_key(runner.value, pair, arm.name) for arm in group]
-            log(f"{', '.join(keys)}: starting ({len(self.resident)} up)")
-            named = [(arm, key.replace("/", "-")) for arm, key in zip(group, keys, strict=True)]
-            outcomes = self.start_together(runner, named)
-            for arm, key, outcome in zip(group, keys, outcomes, strict=True):
-                cell = cells[arm.name]
+            log(f"{', '.join(keys[arm.name] for arm in group)}: starting ({len(self.resident)} up)")
+            named = [(arm, keys[arm.name].replace("/", "-")) for arm in group]
+            for arm, outcome in zip(group, self.start_together(runner, named), strict=True):
+                key = keys[arm.name]
+                cell = self.data["cells"].setdefault(
+                    key, {"arm": arm.name, "runner": runner.value, "pair": pair}
+                )
                 if isinstance(outcome, Exception):
                     cell.setdefault("errors", []).append(f"start: {outcome}"[-3000:])
                     log(f"{key}: the server did not start: {str(outcome).splitlines()[0]}")
