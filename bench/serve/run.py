@@ -38,9 +38,9 @@ from .settings import CONTROL, Settings, Shape, from_env
 MODEL_DIR = Path("/tmp/sr-serve/model")
 FIRST_START_GUESS_S = 210.0
 """An arm's server's seconds to /health before this machine has timed one: a fresh
-machine's first start of a vLLM copy took 180-208 s (Python imports in each of the
-server's processes, compile, FlashInfer's JIT, autotuning;
-bench/results/serve-nvidia-h200-20261205-starts.md)."""
+machine's first start of a vLLM copy took 180-208 s, and 244 s where the SSD kernels'
+autotuning found no picks cached (Python imports in each of the server's processes,
+compile, FlashInfer's JIT, autotuning; bench/results/serve-nvidia-h200-20261205-starts.md)."""
 WARM_START_GUESS_S = 90.0
 """An arm's server's seconds to /health after its warm-up on this machine, before a warm
 start has been timed: 48 s on 2026-12-03 (serve-nvidia-h200-20261203.md), with margin for

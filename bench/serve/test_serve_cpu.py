@@ -362,9 +362,9 @@ def test_the_budget_stops_before_a_block_that_would_not_fit(
 def test_a_round_that_fits_only_warm_warms_each_server_up_first(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Three cold starts and a block do not fit, one cold start does: each arm's server
-    starts alone and stops, and the round then runs on the warm starts; a later call on
-    the same machine (the same resume file) warms nothing up."""
+    """Three cold starts and a block do not fit, one cold start does: the arms' servers
+    start and stop, and the round then runs on the warm starts; a later call on the same
+    machine (the same resume file) warms nothing up."""
     monkeypatch.setattr(run, "FIRST_START_GUESS_S", 150.0)  # 3 x 150 + 30 > 350
     fake = cpu_fakes.FakeClient()
     first = _run(tmp_path, fake, budget_s=350.0, pairs=1)  # 3 x 90 + 30 < 350
