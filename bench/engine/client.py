@@ -16,6 +16,10 @@ from .arms import MULTICAST_OFF_ENV, Arm, Runner
 from .envs import SITES_ENV
 
 REPO = Path(__file__).resolve().parents[2]
+CACHE_ROOT = Path("/tmp/sr-engine-cache")
+"""Where engines keep their compile caches and FlashInfer workspaces, per (arm, runner,
+GPU), shared by the identity and timing runs: the timing's engines load what identity's
+compiled."""
 # Where each arm's vLLM copy lives (Arm.site): "stock=/tmp/site,reset=...,forward-context=...".
 
 

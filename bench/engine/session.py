@@ -33,7 +33,7 @@ from .arms import (
     Runner,
     Serving,
 )
-from .client import SITES_ENV, Worker, sites_from_env
+from .client import CACHE_ROOT, SITES_ENV, Worker, sites_from_env
 from .compact import rename
 from .envs import (
     ARMS_ENV,
@@ -235,9 +235,7 @@ def spawn_all(
                 gpu=settings.gpu(runner),
                 tp=settings.tp,
                 log_dir=settings.out / tag / "logs",
-                # Per (arm, runner, GPU), shared by the identity and timing
-                # runs: the timing's engines load what identity's compiled.
-                cache_root=Path("/tmp/sr-engine-cache"),
+                cache_root=CACHE_ROOT,
                 extra_env=extra_env,
             )
         except Exception as error:

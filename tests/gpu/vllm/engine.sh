@@ -25,8 +25,9 @@
 #             /tmp/sr-engine/serve-<stamp>.json; SR_SERVE_TIMEOUT (s) bounds the step
 #   pack      everything but the result JSONs into $OUT/engine-run.tar.xz (a device
 #             call brings back only a few files, none deep), and Triton's autotuning picks
-#             into $OUT/triton-picks.tar.xz; run it last, also after a step cut off by
-#             `timeout`
+#             and FlashInfer's JIT builds into $OUT/triton-picks.tar.xz and
+#             $OUT/flashinfer-builds.tar.xz (bench/engine/carried_caches.py); run it last,
+#             also after a step cut off by `timeout`
 # An identity run cut off by a time limit goes on where it stopped when run again on the
 # same machine with the same code and vLLM (its records are kept in /tmp/sr-engine, under
 # a stamp of vllm_patch/, runner_hooks/, bench/engine/, the bench variants it attaches and the site's vLLM version).
@@ -72,17 +73,14 @@ for design in reset forward-context; do
       && echo "$stamp" > "$copy.patched" || { echo "could not patch $copy"; exit 1; }
   fi
 done
-# Triton's autotuning picks (TRITON_CACHE_AUTOTUNING: <key>/<kernel>.autotune.json) of an
-# earlier machine, where a call carried them (SR_TRITON_PICKS, default
-# .e2e/triton-picks.tar.xz, from `pack`): a fresh machine's first engine or server then
-# skips the Mamba-2 SSD kernels' autotuning (81 s: serve-nvidia-h200-20261205-starts.md),
-# and every machine's engines run the same picks. A key holds the Triton version, the GPU's
-# backend and the kernel's source, so a pick that does not fit is never read.
-picks=${SR_TRITON_PICKS:-.e2e/triton-picks.tar.xz}
-if [ -n "${TRITON_CACHE_DIR:-}" ] && [ -f "$picks" ]; then
-  mkdir -p "$TRITON_CACHE_DIR" && tar -xJf "$picks" -C "$TRITON_CACHE_DIR" --skip-old-files \
-    && echo "Triton picks: $(tar -tJf "$picks" | grep -c autotune.json) from $picks"
-fi
+# What an earlier machine's engines tuned and built, where a call carried it
+# (bench/engine/carried_caches.py; SR_TRITON_PICKS and SR_FLASHINFER_BUILDS, default
+# .e2e/triton-picks.tar.xz and .e2e/flashinfer-builds.tar.xz, from `pack`): a fresh
+# machine's first engine or server then skips the Mamba-2 SSD kernels' autotuning (81 s)
+# and each copy's JIT build of FlashInfer's SSU module (~30 s).
+python3 -m bench.engine.carried_caches restore "$site" "$site-reset" "$site-forward-context" \
+  --compute-cap "$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -n 1)" \
+  || echo "(not restored: the engines tune and build as on a fresh machine)"
 nvidia-smi --query-gpu=index,name,driver_version --format=csv,noheader | tee "$out/engine/gpus.txt"
 for step in "$@"; do
   echo "=== $step $(date -u +%T)"
@@ -109,12 +107,9 @@ for step in "$@"; do
       (cd "$out" && find . -type f ! -name engine-run.tar.xz ! -path ./engine/identity.json \
          ! -path './engine/timing*.json' ! -path './engine/benchmark*.json' \
          ! -path ./engine/reproduce.json ! -path ./engine/reproduce-code.tar.xz \
-         ! -path ./engine/serve.json ! -name triton-picks.tar.xz -print0 \
-         | tar --null -T - -cJf engine-run.tar.xz --remove-files) || status=1
-      if [ -d "${TRITON_CACHE_DIR:-/nonexistent}" ]; then
-        (cd "$TRITON_CACHE_DIR" && find . -name '*.autotune.json' -print0 \
-           | tar --null -T - -cJf "$out/triton-picks.tar.xz") || status=1
-      fi ;;
+         ! -path ./engine/serve.json ! -name triton-picks.tar.xz ! -name flashinfer-builds.tar.xz \
+         -print0 | tar --null -T - -cJf engine-run.tar.xz --remove-files) || status=1
+      python3 -m bench.engine.carried_caches pack "$out" || status=1 ;;
     serve)
       serve_stamp=$( (echo "$stamp"; find bench/serve -type f -name '*.py' ! -name 'test_*' | sort | xargs cat) \
         | sha256sum | cut -c1-12)
