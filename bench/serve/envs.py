@@ -147,9 +147,10 @@ VARIABLES: tuple[Variable, ...] = (
     Variable(
         BUDGET_ENV,
         "none",
-        "seconds this run may take: a round's servers start only where the slowest start so "
-        "far (times the servers) and a block fit, a block only where the slowest block so far "
-        "fits",
+        "seconds this run may take: a round's servers start only where their guessed starts "
+        "and a block fit (each arm's last start here, else 90 s after its warm-up, else 210 s; "
+        "the longest where they launch together, the sum otherwise), else they warm up first "
+        "where one start fits; a block runs only where the slowest block so far fits",
         "run.py",
     ),
     Variable(

@@ -28,3 +28,11 @@ def test_engine_sh_has_the_serve_step() -> None:
     script = (ROOT / "tests/gpu/vllm/engine.sh").read_text()
     assert "python3 -m bench.serve.run" in script and "serve)" in script
     assert "! -path ./engine/serve.json" in script  # the records come back as a file of their own
+
+
+def test_the_budgets_meaning_gives_the_start_guesses_run_uses() -> None:
+    from .run import FIRST_START_GUESS_S, WARM_START_GUESS_S
+
+    meaning = envs.BY_NAME[envs.BUDGET_ENV].meaning
+    assert f"else {WARM_START_GUESS_S:.0f} s after its warm-up" in meaning
+    assert f"else {FIRST_START_GUESS_S:.0f} s;" in meaning
