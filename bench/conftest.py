@@ -45,7 +45,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 @pytest.fixture(scope="session")
 def bench_session(request: pytest.FixtureRequest) -> BenchSession:
-    """The run's session; skips every test that needs it where CUDA or FlashInfer is missing."""
+    """The run's session; skips every test that needs it where the SSU kernel --bench-ssu
+    picks cannot run (no CUDA, no FlashInfer; Triton's below Blackwell)."""
     session = request.config.stash[SESSION]
     try:
         session.target()

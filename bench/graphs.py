@@ -18,9 +18,10 @@ def capture_step(
 ) -> torch.cuda.CUDAGraph:
     """One step of `model` with `source`'s seed path, captured after a few eager warm-up steps.
 
-    The forward scope is told `captured=True`, as vLLM's runner tells its
-    hooks for a FULL graph; the graph has its own memory pool, so the seed
-    buffers a prefetcher allocates during capture belong to this graph alone.
+    The forward scope is told `captured=True`, as vLLM's runner tells
+    `sr_seed_forward` for a FULL graph (full_cudagraph=True); the graph has its own
+    memory pool, so the seed buffers a prefetcher allocates during capture belong to
+    this graph alone.
     A source with `around_replay` (the outside-graph variant) gets the graph back
     wrapped by it, so every replay opens its forward first.
     """

@@ -16,7 +16,7 @@ Per batch size, in this order:
    in both modes at this and every later size, since its prefetcher's state
    after a failure is not to be trusted;
 3. one captured graph per variant, for timing;
-4. the interleaved passes: eager device time, eager host time, graph replays,
+4. the interleaved passes: eager device time, graph replays, eager host time,
    each in rounds of every variant, in an order shuffled afresh each round
    from a generator seeded by --bench-seed, the batch size and the pass.
 """
@@ -94,7 +94,8 @@ class BatchRun:
         """Enqueues one step of `variant` in `mode`: an eager forward, or a graph replay.
 
         A replay runs no Python of the forward, no forward scope either, as
-        vLLM's V2 runner replays FULL graphs (`run_fullgraph`).
+        vLLM's V2 runner replays FULL graphs (`run_fullgraph`); the outside-graph
+        variant's replay opens its forward and draws first (graphs.around_replay).
         """
         if mode == "graph":
             return self.graphs[variant].replay

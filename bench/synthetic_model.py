@@ -18,8 +18,9 @@ Per Mamba-2 layer, in vLLM's order (`MambaMixer2.forward`, decode branch):
   model may quantize them (NVFP4); they are there to give the step a
   realistic bulk, not to model its exact GEMM time.
 
-The model takes its SSU as an argument: the bench passes FlashInfer's, the
-CPU unit tests a stand-in that checks FlashInfer's layout rules.
+The model takes its SSU as an argument: the bench passes FlashInfer's or vLLM's
+Triton SSU (--bench-ssu), the CPU unit tests a stand-in that checks FlashInfer's
+layout rules.
 """
 
 from __future__ import annotations

@@ -1,8 +1,11 @@
 """Mamba stochastic-rounding seed prefetchers: what lands in vLLM.
 
-`core` is the reset design's unit and `forward_context` the forward-context design's:
-each is what its vLLM patch vendors.  `hooks` holds the per-forward hooks the model
-runners call.  The bench's choices (drawers by name, sync plans, the variants built
+`core` is the reset design's unit and `forward_context` the forward-context
+design's: each design's patch vendors its unit's import closure
+(vllm_patch/vendor.py), so core/seed_kernel.py, the bench's loader of the seed op,
+stays here.  `hooks` holds per-forward hooks that the bench's simulated runners
+call (bench/variants.py); vLLM's runners call the landed `sr_seed_forward`
+instead.  The bench's choices (drawers by name, sync plans, the variants built
 from them) are bench's: bench/drawers.py, bench/sync.py, bench/variants.py.
 """
 

@@ -1,6 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM project
-"""Per-forward hooks: a model runner tells them where each forward begins and ends."""
+"""Per-forward hooks: a runner tells them where each forward begins and ends (the
+bench's simulated runners, bench/variants.py; vLLM's call the landed
+`sr_seed_forward`)."""
 
 import logging
 from collections import OrderedDict
@@ -46,7 +48,8 @@ class ForwardHooks:
 
     @property
     def active(self) -> bool:
-        """Whether a hook is registered: runners build a ForwardInfo only then."""
+        """Whether a hook is registered: a runner builds a ForwardInfo only then (as the
+        runner's call site before `sr_seed_forward` did: bench/flag_off.py)."""
         return bool(self._hooks)
 
     def register(self, hook: ForwardHook) -> RemovableHandle:

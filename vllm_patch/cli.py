@@ -1,8 +1,8 @@
 """sr-prefetch: apply the seed-prefetch runner patch to a vLLM tree or an installed vLLM,
 back out, and compile an installed vLLM's seed op (build-op).
 
-Every command first resolves its target (a vLLM tree, and the supported release
-it is based on) before it reads anything else, and refuses with a message and
+Every command that takes a target (PATH or --installed) resolves it first (a vLLM
+tree, and the supported release it is based on), and refuses with a message and
 exit status 1 rather than change a target it cannot patch cleanly.
 """
 
@@ -51,9 +51,9 @@ class ExportError(Exception):
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs one command; returns the exit status (0 done or nothing to do, 1 refused,
-    130 interrupted).  Ctrl-C before the command's change is made undoes what it began;
-    once made, the change stands: the command finishes its report and exits 130 saying
-    so (_Interrupts)."""
+    130 interrupted, 141 its output's reader gone).  Ctrl-C before the command's
+    change is made undoes what it began; once made, the change stands: the command
+    finishes its report and exits 130 saying so (_Interrupts)."""
     return _main(argv, signal.getsignal(signal.SIGINT))
 
 

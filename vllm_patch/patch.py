@@ -371,9 +371,9 @@ _BUILT_DETAILS = ["the seed op's library, placed by sr-prefetch build-op"]
 
 
 def _added_files(target: Target, design: Design) -> dict[str, bytes]:
-    """What the design adds: the vendored package, and the fork's test where the target
-    has a tests/ tree to put it in (not an installed vLLM); the reset design, in a source
-    tree (setup.py), the seed op's source, which its CMake target builds."""
+    """What the design adds: the vendored package, and the fork's tests (fork_test.files)
+    in any target but an installed vLLM; the reset design, in a source tree (setup.py),
+    the seed op's source, which its CMake target builds."""
     files = vendor.vendored_files(design)
     if target.kind is not Kind.INSTALLED:
         tests = fork_test.files(design, _read(target.root, ssu_dispatch.PATH) or "")

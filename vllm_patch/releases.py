@@ -173,6 +173,7 @@ def _next_after(version: str) -> str:
 @cache
 def pristine_sha256() -> dict[str, dict[str, str]]:
     """release -> path -> sha256 of each file the patch changes, as the release ships it
-    (pristine_sha256.json, written by `python -m vllm_patch.pristine` from the wheels)."""
+    (pristine_sha256.json, written by `python -m vllm_patch.pristine` from the wheels
+    and sdists)."""
     data = json.loads(Path(__file__).with_name("pristine_sha256.json").read_text())
     return data

@@ -13,8 +13,8 @@ found by the structure of its own language (`FindLine`, `InsertLines`).
 
 Each operation below can also be taken back out of a file it was applied to:
 `revert` finds what `apply` inserted, by the same structure, and removes it.
-The caller checks every revert by applying again (patch.py): the result must
-be the patched file byte for byte, or the file is not what the patch made.
+`revert_all` checks every revert by applying again: the result must be the
+patched file byte for byte, or the file is not what the patch made.
 """
 
 from __future__ import annotations

@@ -6,8 +6,9 @@ lies.  `RemoteWheel` is a read-only, seekable file over HTTP ranges that
 `zipfile` reads as it would a local file; it caches what it fetched in
 blocks, and `prefetch` turns the reads of many members into a few large
 requests.  Every member read is checked against the CRC-32 that the central
-directory records (zipfile does this), and the files the patch changes are
-checked again against the sha256 the release table records.
+directory records (zipfile does this); the release tests compare the files the
+patch changes with the sha256 the release table records
+(tests/vllm_patch/test_releases.py).
 
 The index is PyPI's simple API (PEP 691 JSON); $SR_PREFETCH_INDEX_URL names
 another one that speaks it.

@@ -2,11 +2,11 @@
 and FlashInfer's JIT builds.
 
 A lent machine keeps nothing between loans, and its first engine or server spends
-81 s autotuning the Mamba-2 SSD kernels, then about 30 s per vLLM copy JIT-building
-FlashInfer's SSU module inside its first FULL graph capture
-(bench/results/serve-nvidia-h200-20261205-starts.md). `pack` writes both into
-archives that a later call carries; `restore` puts them where Triton and FlashInfer
-look before they would tune or build:
+81 s autotuning the Mamba-2 SSD kernels, then 35.6 s in its first FULL graph capture
+(bench/results/serve-nvidia-h200-20261205-starts.md), where FlashInfer JIT-builds its SSU
+module, once per vLLM copy (about 30 s on the H200, by the GPU machine's notes). `pack`
+writes both into archives that a later call carries; `restore` puts them where Triton
+and FlashInfer look before they would tune or build:
 
 - picks: each <key>/<kernel>.autotune.json of TRITON_CACHE_DIR (TRITON_CACHE_AUTOTUNING,
   which vLLM sets). The key holds the Triton version, the GPU backend and the kernel's

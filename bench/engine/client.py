@@ -17,9 +17,9 @@ from .envs import SITES_ENV
 
 REPO = Path(__file__).resolve().parents[2]
 CACHE_ROOT = Path("/tmp/sr-engine-cache")
-"""Where engines keep their compile caches and FlashInfer workspaces, per (arm, runner,
-GPU), shared by the identity and timing runs: the timing's engines load what identity's
-compiled."""
+"""Where engines keep their compile caches, one per (arm, runner, GPU), and FlashInfer
+workspaces, one per vLLM copy (flashinfer_workspace), shared by the identity and timing
+runs: the timing's engines load what identity's compiled."""
 # Where each arm's vLLM copy lives (Arm.site): "stock=/tmp/site,reset=...,forward-context=...".
 
 

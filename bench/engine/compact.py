@@ -6,9 +6,9 @@ rewrites each FILE in place in its committed form, and says what it did: an iden
 record (a run's identity.json, or report.py's <prefix>.identity.json of any earlier
 form), a timing record (timing.json), reproduce.py's records (reproduce.json) or a
 microbenchmark summary (summary.json).  Timing, reproduce and summary files keep their
-content (arms renamed; a timing profile's kernels named without their parameter lists,
-`kernel_name`; Inductor kernels every engine picked alike named once, not per engine), one
-entry per line.  It
+content (arms renamed in timing and summary files; a timing profile's kernels named without
+their parameter lists, `kernel_name`; Inductor kernels every engine picked alike named once,
+not per engine), one entry per line.  It
 can be run again on its own output: that output is what it writes.
 
 An identity record in the committed form (FORMAT) stores:
@@ -18,9 +18,11 @@ An identity record in the committed form (FORMAT) stores:
 - "records": cell -> its runs, each rank's state naming its chain, with its generator
   offsets and final digest; "decoded" as a string of 0/1 per step;
 - per-slot sums only where a cell differs: on a state whose chain parts from its
-  cell's stock within the steps that kept them, and on that stock state, as
-  {"size", "nonzero": {slot: sum}} per step (most slots hold no request: zero).  They
-  serve only to say which slots differ (report.state_difference).
+  cell's stock within the steps that kept them, and on that stock state. The stock
+  state's, per step, as {"size", "nonzero": {slot: sum}} (most slots hold no request:
+  zero); the differing state's as {"stock_but": {slot: sum}}, its slots unlike stock's
+  (as the stock form where the slot counts differ).  They serve only to say which slots
+  differ (report.state_difference).
 
 `load` gives back what the judges and report.py read (report.merge_identity's form:
 cell -> compact records, each holding its fingerprints again).  Arms renamed since a

@@ -204,7 +204,7 @@ def mamba_batch(attn_metadata: Any) -> list[int | None]:
 
 class ForwardGpuSpans:
     """CUDA events around each forward a model runner opens: the body of its
-    `with set_forward_context(...)` (the hooks' seed draws, the model's eager
+    `with set_forward_context(...)` (sr_seed_forward's seed draws, the model's eager
     kernels and piecewise replays), in segments (FORWARD_SEGMENT_REPLAYS), each
     behind a spin, as ReplaySpans times a replay.
 

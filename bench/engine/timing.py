@@ -1,6 +1,6 @@
 """Step time of every arm against stock, interleaved, and its summary.
 
-A sample holds three figures of `steps` consecutive `LLMEngine.step()` calls
+A sample holds three figures (four for mixed steps) of `steps` consecutive `LLMEngine.step()` calls
 of a decode batch of `bs` requests (after `warm` steps of prefill and first
 decodes): decode steps, MTP verify iterations under an MTP serving
 configuration, or mixed steps (a prefill chunk beside the decodes: Plan):
@@ -8,10 +8,10 @@ configuration, or mixed steps (a prefill chunk beside the decodes: Plan):
   period of back-to-back decode steps, what a user sees as inter-token
   latency, host and GPU together;
 - forward_s: the median over those steps of the model runner's
-  execute_model as the GPU's timeline sees it (CUDA events, worker.py's
+  execute_model as the GPU's timeline sees it (CUDA events, spans.py's
   ForwardSpans), without the scheduler's and sampler's host time;
 - replay_s: the median over those steps of the GPU time of the step's CUDA
-  graph replays (worker.py's ReplaySpans): torch's replay prologue (two fill
+  graph replays (spans.py's ReplaySpans): torch's replay prologue (two fill
   kernels, for a graph that draws) and the graph, one launch, back to back
   behind a spin that lets the host enqueue them first: under FULL graphs, where
   the in-graph seed draws are, and what the microbenchmark's graph mode
@@ -19,11 +19,11 @@ configuration, or mixed steps (a prefill chunk beside the decodes: Plan):
 - forward_gpu_s (mixed steps): the median over the steps of the forward's GPU
   time (the runner's `with set_forward_context(...)`: the seed draws, the
   piecewise replays and the eager SSU between them), timed in segments, each
-  behind a spin that lets the host enqueue it first (worker.py's
+  behind a spin that lets the host enqueue it first (spans.py's
   ForwardGpuSpans): the forward's kernels back to back, as replay_s times a
   FULL graph's.
 Under TP every rank times its own forwards and replays; a step's figure is
-its slowest rank's (worker.py's merge_spans: the ranks wait for each other in
+its slowest rank's (spans.py's merge_spans: the ranks wait for each other in
 every all-reduce; forward_gpu_s is the fastest's: merge_forward_gpu), and a
 sample also keeps each rank's median replay (rank_replay_s) and the spread
 between ranks (replay_spread_s), tabulated by report.py.
