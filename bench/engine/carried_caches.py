@@ -70,7 +70,7 @@ def pack(out: Path, triton_cache: Path | None, workspace_roots: Iterable[Path]) 
     out.mkdir(parents=True, exist_ok=True)
     said = []
     if triton_cache is not None and triton_cache.is_dir():
-        picks = sorted(p for p in triton_cache.glob("*/*.autotune.json"))
+        picks = sorted(triton_cache.glob("*/*.autotune.json"))
         if picks:
             with tarfile.open(out / PICKS, "w:xz") as archive:
                 for pick in picks:
@@ -203,9 +203,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.verb == "pack":
             # Each vLLM copy's FlashInfer workspace (client.flashinfer_workspace): the
             # engine harness's in client.CACHE_ROOT, the serve harness's in VLLM_CACHE_ROOT.
-            roots = {str(CACHE_ROOT), os.environ.get("VLLM_CACHE_ROOT", "/tmp/vllm_cache")}
-            roots.add(os.environ.get("FLASHINFER_WORKSPACE_BASE", str(CACHE_ROOT)))
-            said = pack(args.out, triton_cache, sorted(Path(r) for r in roots if Path(r).is_dir()))
+            roots = {CACHE_ROOT, Path(os.environ.get("VLLM_CACHE_ROOT", "/tmp/vllm_cache"))}
+            if os.environ.get("FLASHINFER_WORKSPACE_BASE"):
+                roots.add(Path(os.environ["FLASHINFER_WORKSPACE_BASE"]))
+            said = pack(args.out, triton_cache, sorted(r for r in roots if r.is_dir()))
         else:
             said = restore(args.sites, args.compute_cap, triton_cache)
     except (CacheArchiveError, OSError) as error:
