@@ -24,7 +24,7 @@ from runner_hooks.forward_context.prefetcher import RandintDrawer
 
 class SeedDrawer(Protocol):
     """Fills `out` with len(out) stock draws' values, on the current stream;
-    `name` picks its default sync plan (variants.DEFAULT_SYNC_PLANS)."""
+    `name` names it in the bench's variants."""
 
     name: str
 

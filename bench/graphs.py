@@ -20,10 +20,10 @@ def capture_step(
 
     The forward scope is told `captured=True`, as vLLM's runner tells
     `sr_seed_forward` for a FULL graph (full_cudagraph=True); the graph has its own
-    memory pool, so the seed buffers a prefetcher allocates during capture belong to
-    this graph alone.
-    A source with `around_replay` (the outside-graph variant) gets the graph back
-    wrapped by it, so every replay opens its forward first.
+    memory pool, so the seed buffers a prefetcher allocates during capture (the
+    forward-context design's) belong to this graph alone.
+    A source with `around_replay` (the reset design's) gets the graph back wrapped by
+    it, so every replay opens its forward first.
     """
     for _ in range(WARMUP_STEPS):
         run_step(model, source, captured=False, record=record)

@@ -8,8 +8,7 @@ On a CUDA machine with FlashInfer, from the repository root (the same setup as
 Host µs to enqueue one eager decode step (a synchronize before each sample,
 outside it), for the floor (one fixed seed, nothing drawn) and for the floor
 plus one piece of the reset prefetcher's work at a time, then the
-whole design, and the design with its checks once per forward (bench/checked_once.py),
-in interleaved rounds shuffled by a seeded generator
+whole design, in interleaved rounds shuffled by a seeded generator
 (step_timing.py).  Each figure is a median with its bootstrap 95% interval and the
 IQR; "over floor" is the paired difference of medians, with its interval
 (stats.py), and "÷ floor-rng" the ratio of medians.  `--profile` adds cProfile's
@@ -35,20 +34,18 @@ import torch
 
 from runner_hooks.core import prefetch as prefetch_module
 from runner_hooks.core.prefetch import SeedBatch
-from runner_hooks.forward_context.side_stream import SideStreamSeedBatch, SideStreamSeedPrefetch
-from runner_hooks.hooks import ForwardInfo
+from runner_hooks.hooks import ForwardHooks, ForwardInfo
 
-from .checked_once import CheckedOncePrefetcher, checked_once_prefetcher
 from .drawers import stock_seed
 from .stats import BOOTSTRAP_SEED, RESAMPLES, bootstrap_medians, interval_of, quantile, seeded_rng
 from .step_timing import Step, gc_paused, host_us_per_step, interleaved
 from .synthetic_model import DecodeModel, MixerShape
 from .target import BenchUnavailable, flashinfer_target
-from .variants import BodyFirstForwardHooks, ResetPrefetcherByName
+from .variants import ResetPrefetcherByName
 
 RUNNER_HOOKS_NAMES = (
-    "bench.variants.BodyFirstForwardHooks.register",
-    "bench.variants.BodyFirstForwardHooks.forward",
+    "runner_hooks.hooks.ForwardHooks.register",
+    "runner_hooks.hooks.ForwardHooks.forward",
     "runner_hooks.hooks.ForwardInfo",
     "bench.variants.ResetPrefetcherByName.next_seed",
     "runner_hooks.core.prefetch.SeedBatch.take",
@@ -56,12 +53,10 @@ RUNNER_HOOKS_NAMES = (
     "runner_hooks.core.prefetch.SeedPrefetch.schedule",
     "runner_hooks.core.prefetch._is_capturing",
     "runner_hooks.core.prefetch._current_stream_handle",
-    "runner_hooks.forward_context.side_stream.SideStreamSeedBatch",
-    "runner_hooks.forward_context.side_stream.SideStreamSeedPrefetch",
 )
 """The runner_hooks and bench.variants names this script uses, checked by the CPU test; the
 instance attributes it reads (ResetPrefetcherByName.prefetch and ._batch, SeedPrefetch.draw,
-_eager_buffer, _device_index, SeedBuffer.whole and .seeds, and the batches'
+_buffer, _device_index, SeedBuffer.whole and .seeds, and the batches'
 constructors) are exercised by that test's run of every step."""
 
 STEPS: tuple[tuple[str, str], ...] = (
@@ -71,9 +66,8 @@ STEPS: tuple[tuple[str, str], ...] = (
     ("stream_check", "floor + raw current-stream handle per SSU call"),
     ("draw", "floor + the drawer's draw of N seeds, once per step"),
     ("begin_end", "floor + forward begin/end (hooks, schedule incl. the draw, finish)"),
-    ("takes", "floor + `SeedBatch.take()` per SSU call (capture and stream checks)"),
+    ("takes", "floor + `SeedBatch.take()` per SSU call (checks at the first and last)"),
     ("design", "reset (`next_seed()` per SSU call, inside hooks.forward)"),
-    ("checked_once", "reset, its checks once per forward (bench/checked_once.py)"),
 )
 """(name, what the step adds to the floor), in table order."""
 
@@ -87,12 +81,10 @@ class Breakdown:
     """What the steps run on: one model, and one reset prefetcher behind its hooks."""
 
     model: DecodeModel
-    hooks: BodyFirstForwardHooks
+    hooks: ForwardHooks
     prefetcher: ResetPrefetcherByName
     base_seed: torch.Tensor
     """The floor's one seed."""
-    checked_once: tuple[BodyFirstForwardHooks, CheckedOncePrefetcher]
-    """The checked-once prefetcher behind hooks of its own, over the same drawer."""
 
 
 def breakdown_steps(parts: Breakdown) -> dict[str, Step]:
@@ -106,17 +98,12 @@ def breakdown_steps(parts: Breakdown) -> dict[str, Step]:
     if prefetch is None:
         raise RuntimeError("the prefetcher is disabled (no CUDA device): nothing to break down")
     info = ForwardInfo(runs_ssu=True)
-    buffer = prefetch._eager_buffer
+    buffer = prefetch._buffer
     views = buffer.seeds
     is_capturing = prefetch_module._is_capturing
     stream_handle = prefetch_module._current_stream_handle
     device_index = prefetch._device_index
-    # The forward's stream, where a side-stream plan's events need it, built once as
-    # schedule() does.
-    side_stream = isinstance(prefetch, SideStreamSeedPrefetch)
-    forward_stream = torch.cuda.current_stream() if side_stream else None
     next_seed = prefetcher.next_seed
-    once_hooks, once = parts.checked_once
 
     def floor_seed() -> torch.Tensor:
         return base
@@ -140,7 +127,7 @@ def breakdown_steps(parts: Breakdown) -> dict[str, Step]:
 
         return seed
 
-    design_seed, checked_once_seed = prefetched(next_seed), prefetched(once.next_seed)
+    design_seed = prefetched(next_seed)
 
     def floor() -> None:
         model.forward(floor_seed)
@@ -172,21 +159,12 @@ def breakdown_steps(parts: Breakdown) -> dict[str, Step]:
             batch.consumed = len(views)
 
     def takes() -> None:
-        args = ("host-breakdown", buffer, device_index, False)
-        batch = (
-            SideStreamSeedBatch(*args, forward_stream)  # type: ignore[arg-type]
-            if side_stream
-            else SeedBatch(*args)  # type: ignore[arg-type]
-        )
+        batch = SeedBatch("host-breakdown", views, device_index, len(views), None)
         model.forward(batch.take)  # type: ignore[arg-type]
 
     def design() -> None:
         with hooks.forward(info):
             model.forward(design_seed)
-
-    def checked_once() -> None:
-        with once_hooks.forward(info):
-            model.forward(checked_once_seed)
 
     steps = {
         "floor": floor,
@@ -197,7 +175,6 @@ def breakdown_steps(parts: Breakdown) -> dict[str, Step]:
         "begin_end": begin_end,
         "takes": takes,
         "design": design,
-        "checked_once": checked_once,
     }
     assert list(steps) == [name for name, _ in STEPS]
     return steps
@@ -262,7 +239,6 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, default=DEFAULT_ROUNDS, help="interleaved rounds")
     parser.add_argument("--layers", type=int, default=40, help="Mamba-2 layers per step")
     parser.add_argument("--batch-size", type=int, default=1, help="decode batch size")
-    parser.add_argument("--sync-plan", default="current_stream", help="bench.sync.SYNC_PLANS key")
     parser.add_argument("--drawer", default="kernel", help="bench.drawers.DRAWERS key")
     parser.add_argument("--seed", type=int, default=0, help="seed of the shuffled round order")
     parser.add_argument("--profile", action="store_true", help="also cProfile floor and design")
@@ -285,17 +261,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         device=target.device,
         ssu=target.ssu,
     )
-    hooks = BodyFirstForwardHooks()
-    prefetcher = ResetPrefetcherByName(
-        args.layers, target.device, sync_plan=args.sync_plan, drawer=args.drawer
-    )
+    hooks = ForwardHooks()
+    prefetcher = ResetPrefetcherByName(args.layers, target.device, drawer=args.drawer)
     hooks.register(prefetcher)
     assert prefetcher.prefetch is not None  # flashinfer_target found a CUDA device
-    once_hooks = BodyFirstForwardHooks()
-    once = checked_once_prefetcher(args.layers, target.device, prefetcher.prefetch.draw)
-    once_hooks.register(once)
     base = torch.zeros(1, dtype=torch.int64, device=target.device)
-    steps = breakdown_steps(Breakdown(model, hooks, prefetcher, base, (once_hooks, once)))
+    steps = breakdown_steps(Breakdown(model, hooks, prefetcher, base))
     samples = measure(steps, rounds=args.rounds, seed=args.seed)
     command = "python -m bench.host_breakdown " + " ".join(argv or sys.argv[1:])
     lines = [
@@ -304,8 +275,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"Command: `{command.strip()}`",
         "",
         f"- {target.platform}",
-        f"- {args.layers} layers, BS {args.batch_size}, no GEMMs; reset with sync "
-        f"plan {args.sync_plan}, drawer {args.drawer}",
+        f"- {args.layers} layers, BS {args.batch_size}, no GEMMs; reset with drawer {args.drawer}",
         f"- host µs to enqueue one eager step onto an idle GPU; {args.rounds} interleaved "
         f"rounds, order shuffled per round (seed {args.seed}); 95% CIs: percentile "
         f"bootstrap, {RESAMPLES} resamples of the rounds, paired (seed {BOOTSTRAP_SEED})",

@@ -94,8 +94,9 @@ class BatchRun:
         """Enqueues one step of `variant` in `mode`: an eager forward, or a graph replay.
 
         A replay runs no Python of the forward, no forward scope either, as
-        vLLM's V2 runner replays FULL graphs (`run_fullgraph`); the outside-graph
-        variant's replay opens its forward and draws first (graphs.around_replay).
+        vLLM's V2 runner replays FULL graphs (`run_fullgraph`); the reset design's
+        replay opens its forward and draws first (graphs.around_replay), as its
+        runners do.
         """
         if mode == "graph":
             return self.graphs[variant].replay
@@ -217,7 +218,7 @@ class BenchSession:
                 target.platform,
                 "variants: stock = randint before each SSU (vLLM 0.33.0); forward-context = "
                 "ForwardContextSeedPrefetcher (the forward-context design, its defaults); "
-                "reset-<sync plan>-<drawer> = SRSeedPrefetcher behind ForwardHooks; "
+                "reset-<drawer> = SRSeedPrefetcher behind ForwardHooks; "
                 "floor = one fixed seed tensor, no draws; floor-rng = the floor plus one "
                 "one-element draw per forward",
                 self.shape.describe(),

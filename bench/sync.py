@@ -32,13 +32,8 @@ and the early consumers, which the side stream is least ahead of, wait for few
 seeds."""
 SINGLE = SyncPlan("single", _last_only)
 """One event after all N seeds: one wait per forward, at its first SSU call."""
-CURRENT_STREAM = SyncPlan("current_stream", _last_only, side_stream=False)
-"""No side stream: all N seeds drawn on the forward's own stream as it begins
-(the reset design's only plan in vLLM: runner_hooks.core)."""
 
-SYNC_PLANS: dict[str, SyncPlan] = {
-    plan.name: plan for plan in (PER_SEED, GEOMETRIC, SINGLE, CURRENT_STREAM)
-}
+SYNC_PLANS: dict[str, SyncPlan] = {plan.name: plan for plan in (PER_SEED, GEOMETRIC, SINGLE)}
 
 
 def resolve_sync_plan(plan: str | SyncPlan) -> SyncPlan:

@@ -15,13 +15,13 @@ import pytest
 import torch
 
 from runner_hooks.core import prefetch as prefetch_module
+from runner_hooks.hooks import ForwardHooks
 
 from . import host_breakdown, variants
-from .checked_once import checked_once_prefetcher
 from .cpu_fakes import LayoutCheckingSsu, counting_clock
 from .synthetic_model import DecodeModel, MixerShape
 from .target import BenchUnavailable
-from .variants import BodyFirstForwardHooks, ResetPrefetcherByName
+from .variants import ResetPrefetcherByName
 
 SMALL = MixerShape(nheads=4, head_dim=8, dstate=16, ngroups=2, hidden=64)
 LAYERS = 3
@@ -57,13 +57,12 @@ class FakeEvent:
 def cpu_breakdown(monkeypatch):
     """The breakdown's parts on the CPU: a real ResetPrefetcherByName over a real SeedPrefetch."""
 
-    def cpu_seed_prefetch(owner, num_ssu_calls, device, plan, make_drawer):
-        assert plan is not None and not plan.side_stream
+    def cpu_seed_prefetch(owner, num_ssu_calls, device, make_drawer):
         return prefetch_module.SeedPrefetch(
             type(owner).__name__, num_ssu_calls, torch.device("cpu"), make_drawer().draw
         )
 
-    monkeypatch.setattr(variants, "_seed_prefetch", cpu_seed_prefetch)
+    monkeypatch.setattr(variants, "_reset_prefetch", cpu_seed_prefetch)
     monkeypatch.setattr(variants, "cuda_device", lambda device, n: torch.device("cpu"))
     monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
     monkeypatch.setattr(prefetch_module, "_current_stream_handle", lambda index: 0)
@@ -74,14 +73,11 @@ def cpu_breakdown(monkeypatch):
     model = DecodeModel(
         SMALL, num_layers=LAYERS, batch_size=1, gemms=False, device=torch.device("cpu"), ssu=ssu
     )
-    hooks = BodyFirstForwardHooks()
-    prefetcher = ResetPrefetcherByName(LAYERS, "cpu", sync_plan="current_stream", drawer="randint")
+    hooks = ForwardHooks()
+    prefetcher = ResetPrefetcherByName(LAYERS, "cpu", drawer="randint")
     hooks.register(prefetcher)
-    once_hooks = BodyFirstForwardHooks()
-    once = checked_once_prefetcher(LAYERS, torch.device("cpu"), prefetcher.prefetch.draw)
-    once_hooks.register(once)
     base = torch.zeros(1, dtype=torch.int64)
-    return host_breakdown.Breakdown(model, hooks, prefetcher, base, (once_hooks, once)), ssu
+    return host_breakdown.Breakdown(model, hooks, prefetcher, base), ssu
 
 
 def test_every_step_runs_against_todays_runner_hooks(cpu_breakdown):
@@ -92,13 +88,12 @@ def test_every_step_runs_against_todays_runner_hooks(cpu_breakdown):
         ssu.seeds.clear()
         step()
         assert len(ssu.seeds) == LAYERS, name
-        if name in ("design", "checked_once"):
+        if name == "design":
             # The design's seeds are the prefetched ones, all of them consumed.
-            prefetch = (parts.prefetcher if name == "design" else parts.checked_once[1]).prefetch
-            assert ssu.seeds == prefetch._eager_buffer.whole.tolist(), name
+            assert ssu.seeds == parts.prefetcher.prefetch._buffer.whole.tolist(), name
         if name in ("floor", "floor_rng", "capture_check", "stream_check", "draw"):
             assert ssu.seeds == [0] * LAYERS, name
-    assert parts.hooks.current is None and parts.checked_once[0].current is None
+    assert parts.hooks.current is None
 
 
 def test_measure_and_table_on_a_made_up_clock(cpu_breakdown):

@@ -1,12 +1,11 @@
 """The bench's variants: each design with every drawer and sync plan by name, and where
 each layer's rand_seed comes from in the microbenchmark.
 
-`runner_hooks.core` (the reset design) and `runner_hooks.forward_context` (the forward-context
-design) are what lands in vLLM, with one drawer and plan each; the classes here extend
-them with choices by name, which vLLM's copies do not carry: ResetPrefetcherByName,
-ForwardContextPrefetcherByName, and BodyFirstForwardHooks (the runner hooks, where a
-forward that raised under capture propagates its own exception).  The microbenchmark's
-variants:
+`runner_hooks.core` (the reset design) and `runner_hooks.forward_context` (the
+forward-context design) are what lands in vLLM, with one drawer (and, for the
+forward-context design, one sync plan) each; the classes here extend them with choices
+by name, which vLLM's copies do not carry: ResetPrefetcherByName and
+ForwardContextPrefetcherByName.  The microbenchmark's variants:
 
 * stock: `torch.randint(0, 2**32, (1,))` inline before each SSU, as vLLM
   0.33.0's FlashInferSSUBackend does.
@@ -14,15 +13,10 @@ variants:
   its defaults (one event per seed, randint drawer); a forward is told apart
   by the identity of a fresh object per step, standing in for vLLM's
   ForwardContext.
-* reset-<plan>-<drawer>: the reset design, `ResetPrefetcherByName` behind `BodyFirstForwardHooks`,
-  for every sync plan in `bench.sync.SYNC_PLANS` and every drawer in
-  `bench.drawers.DRAWERS` found at run time, so new ones join the
-  bench without edits here.
-* reset-outside-graph: bench/outside_graph.py behind `BodyFirstForwardHooks`, with the
-  kernel drawer: each forward's seeds drawn eagerly as its hook fires, a replay's
-  too (`around_replay`), into one buffer every graph reads; no graph draws.
-* reset-checked-once: bench/checked_once.py, with the kernel drawer: the capture
-  and stream checks at a forward's first and last seed only.
+* reset-<drawer>: the reset design, `ResetPrefetcherByName` behind `hooks.ForwardHooks`,
+  for every drawer in `bench.drawers.DRAWERS` found at run time, so new ones join the
+  bench without edits here: each forward's seeds drawn on its stream as its hook fires,
+  a replay's too (`around_replay`), into one buffer every graph reads; no graph draws.
 * floor-rng: the floor plus one one-element draw from the default generator
   per forward, the drawing floor (summary.FLOOR_RNG says what it costs);
 * floor: one fixed seed tensor, nothing drawn; the no-RNG-cost reference.
@@ -49,66 +43,62 @@ from runner_hooks.forward_context.prefetcher import NO_CUDA, cuda_device
 from runner_hooks.forward_context.side_stream import (
     SideStreamSeedPrefetch,
     SyncPlan,
-    UnjoinedCaptureError,
 )
 from runner_hooks.hooks import ForwardInfo
 
 from .drawers import DRAWERS, SEED_HIGH, SeedDrawer, drawer_factory
 from .summary import FLOOR, FLOOR_RNG, STOCK
-from .sync import SYNC_PLANS, resolve_sync_plan
+from .sync import resolve_sync_plan
 from .synthetic_model import DecodeModel
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_SYNC_PLANS: dict[str, str] = {
-    "kernel": "current_stream",
-    "randint": "geometric",
-}
-"""Each drawer's plan when none is given, by measurement: with the kernel, the
-current stream (eagerly, as mixed prefill/decode steps run the SSU even under
-PIECEWISE graphs, ahead of a single side-stream event or tied; under graphs
-within 1.5 µs of it, and never behind it in the engine); with randint, geometric
-(per_seed's graph-mode gain at a far cheaper eager forward).  The figures:
-bench/results/sync-plan-defaults.md.  A drawer not listed gets FALLBACK_SYNC_PLAN."""
-FALLBACK_SYNC_PLAN = "geometric"
 
-
-def _seed_prefetch(
+def _side_stream_prefetch(
     owner: object,
     num_ssu_calls: int,
     device: torch.device,
-    plan: SyncPlan | None,
+    plan: SyncPlan,
     make_drawer: Callable[[], SeedDrawer | str],
 ) -> SeedPrefetch | str:
-    """The machinery for `plan` (None: the drawer's default), or why none."""
+    """The forward-context design's machinery for `plan`, or why none."""
     drawer = make_drawer()
     if isinstance(drawer, str):
         return drawer
-    if plan is None:
-        plan = resolve_sync_plan(DEFAULT_SYNC_PLANS.get(drawer.name, FALLBACK_SYNC_PLAN))
-    name = type(owner).__name__
-    if not plan.side_stream:
-        return SeedPrefetch(name, num_ssu_calls, device, drawer.draw)
-    return SideStreamSeedPrefetch(name, num_ssu_calls, device, drawer.draw, plan)
+    return SideStreamSeedPrefetch(type(owner).__name__, num_ssu_calls, device, drawer.draw, plan)
+
+
+def _reset_prefetch(
+    owner: object,
+    num_ssu_calls: int,
+    device: torch.device,
+    make_drawer: Callable[[], SeedDrawer | str],
+) -> SeedPrefetch | str:
+    """The reset design's machinery with the drawer made, or why none."""
+    drawer = make_drawer()
+    if isinstance(drawer, str):
+        return drawer
+    return SeedPrefetch(type(owner).__name__, num_ssu_calls, device, drawer.draw)
 
 
 class _ByName:
     """Builds the machinery from the drawer and plan a variant was given."""
 
     _make_drawer: Callable[[], SeedDrawer | str]
-    _sync_plan: SyncPlan | None
+    _sync_plan: SyncPlan
 
     def _seed_prefetch(self, num_ssu_calls: int, device: torch.device) -> SeedPrefetch | str:
-        return _seed_prefetch(self, num_ssu_calls, device, self._sync_plan, self._make_drawer)
+        return _side_stream_prefetch(
+            self, num_ssu_calls, device, self._sync_plan, self._make_drawer
+        )
 
 
 class ResetPrefetcherByName(reset.SRSeedPrefetcher):
-    """The reset design's prefetcher with a drawer and a sync plan by name.
+    """The reset design's prefetcher with a drawer by name.
 
     drawer: "auto" (the kernel where it builds, else inactive), "kernel",
-    "randint", or a drawer; sync_plan: a name of SYNC_PLANS, a plan, or None
-    for the drawer's DEFAULT_SYNC_PLANS entry. Inactive (`inactive_reason`
-    says why) without CUDA or a drawer.
+    "randint", or a drawer. Inactive (`inactive_reason` says why) without CUDA
+    or a drawer.
     """
 
     def __init__(
@@ -116,40 +106,33 @@ class ResetPrefetcherByName(reset.SRSeedPrefetcher):
         num_ssu_calls: int,
         device: torch.device | str,
         *,
-        sync_plan: str | SyncPlan | None = None,
         drawer: str | SeedDrawer = "auto",
     ) -> None:
         make_drawer = drawer_factory(drawer)
-        plan = None if sync_plan is None else resolve_sync_plan(sync_plan)
         cuda = cuda_device(device, num_ssu_calls)
-        made = (
-            NO_CUDA
-            if cuda is None
-            else _seed_prefetch(self, num_ssu_calls, cuda, plan, make_drawer)
-        )
+        made = NO_CUDA if cuda is None else _reset_prefetch(self, num_ssu_calls, cuda, make_drawer)
         self.inactive_reason = made if isinstance(made, str) else None
         # Inactive: no prefetch, and every forward takes no seeds (see _begin).
         super().__init__(None if isinstance(made, str) else made)  # type: ignore[arg-type]
 
-    def _begin(self, full_cudagraph: bool) -> None:
+    def _begin(self) -> None:
         if self.prefetch is None:
-            self._batch, self._draw_at_first_seed = None, False
+            self._batch = None
         else:
-            super()._begin(full_cudagraph)
+            super()._begin()
 
     def on_forward_begin(self, info: hooks.ForwardInfo) -> None:
         """As a hook of ForwardHooks: `forward()` for each forward that runs the
         SSU and is not micro-batched."""
         if info.runs_ssu and not info.micro_batched:
-            self._begin(info.full_cudagraph)
+            self._begin()
         else:
-            self._batch, self._draw_at_first_seed = None, False
+            self._batch = None
 
     def on_forward_end(self, info: hooks.ForwardInfo) -> None:
         """Ends the forward, also one whose body raised (ForwardHooks logs
-        what ending it raises then): a side stream is joined before a capture
-        ends."""
-        self._end()
+        what ending it raises then)."""
+        self._end(info.full_cudagraph)
 
 
 class ForwardContextPrefetcherByName(_ByName, forward_context.ForwardContextSeedPrefetcher):
@@ -168,47 +151,6 @@ class ForwardContextPrefetcherByName(_ByName, forward_context.ForwardContextSeed
         self._make_drawer = drawer_factory(drawer)
         self._sync_plan = resolve_sync_plan(sync_plan)
         super().__init__(num_ssu_calls, device, current_forward, is_micro_batched=is_micro_batched)
-
-
-class BodyFirstForwardHooks(hooks.ForwardHooks):
-    """The runner hooks; and where the body ended a CUDA graph capture with a side
-    stream of a hook unjoined, the body's exception propagates as itself.
-
-    V1 runs torch.cuda.graph inside the hooks: when the body raises under
-    capture, the graph's exit ends the capture before the hooks can join the
-    side stream, and CUDA's unjoined-stream error replaces the body's.  The
-    hook's end then raises UnjoinedCaptureError; the body's exception is the
-    context of CUDA's error, and is raised instead.
-    """
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._unjoined: UnjoinedCaptureError | None = None
-
-    def _end(
-        self, info: hooks.ForwardInfo, begun: list[hooks.ForwardHook]
-    ) -> list[tuple[hooks.ForwardHook, Exception]]:
-        errors = super()._end(info, begun)
-        self._unjoined = next((e for _, e in errors if isinstance(e, UnjoinedCaptureError)), None)
-        return errors
-
-    @contextmanager
-    def _forward(self, info: hooks.ForwardInfo) -> Iterator[None]:
-        self._unjoined = None
-        try:
-            with super()._forward(info):
-                yield
-        except BaseException as failure:
-            body = failure.__context__
-            if self._unjoined is None or body is None:
-                raise
-            logger.warning(
-                "ending the CUDA graph capture failed (%s) because the forward "
-                "raised under capture; the forward's %s propagates",
-                failure,
-                type(body).__name__,
-            )
-            raise body from None
 
 
 class SeedSource(Protocol):
@@ -305,13 +247,13 @@ class ContextIdentitySource:
 
 class ResetSource:
     """The reset design: the runner's ForwardHooks tell the prefetcher where each forward
-    begins and ends."""
+    begins and ends, and each replay of a captured step runs inside a forward."""
 
-    def __init__(self, num_layers: int, device: torch.device, sync_plan: str, drawer: str) -> None:
+    def __init__(self, num_layers: int, device: torch.device, drawer: str) -> None:
         self._device = device
-        self._hooks = BodyFirstForwardHooks()
+        self._hooks = hooks.ForwardHooks()
         self._prefetcher = ResetPrefetcherByName(
-            num_ssu_calls=num_layers, device=device, sync_plan=sync_plan, drawer=drawer
+            num_ssu_calls=num_layers, device=device, drawer=drawer
         )
         self._hooks.register(self._prefetcher)
 
@@ -321,39 +263,14 @@ class ResetSource:
     def seed(self) -> torch.Tensor:
         return _prefetched_or_stock(self._prefetcher.next_seed, self._device)
 
-
-class HookedSource:
-    """A bench prefetcher (bench/outside_graph.py, bench/checked_once.py) behind the
-    runner hooks, drawing with the seed kernel; without CUDA, stock's inline draw."""
-
-    def __init__(self, num_layers: int, device: torch.device, make: Callable[..., object]) -> None:
-        from runner_hooks.core.seed_kernel import SeedKernelUnavailable
-
-        from .drawers import kernel_drawer
-
-        self._device = device
-        self._hooks = BodyFirstForwardHooks()
-        self._prefetcher: object | None = None
-        if cuda_device(device, num_layers) is None:
-            return
-        drawer = kernel_drawer()
-        if isinstance(drawer, str):
-            raise SeedKernelUnavailable(drawer)
-        self._prefetcher = make(num_layers, device, drawer.draw)
-        self._hooks.register(self._prefetcher)  # type: ignore[arg-type]
-
-    def forward_scope(self, captured: bool) -> AbstractContextManager[object]:
-        return self._hooks.forward(ForwardInfo(runs_ssu=True, full_cudagraph=captured))
-
-    def seed(self) -> torch.Tensor:
-        if self._prefetcher is None:
-            return torch.randint(0, SEED_HIGH, (1,), device=self._device)
-        return _prefetched_or_stock(self._prefetcher.next_seed, self._device)  # type: ignore[attr-defined]
+    def around_replay(self, graph: torch.cuda.CUDAGraph) -> object:
+        """What the bench replays in place of `graph`."""
+        return ReplayingGraph(graph, self._hooks)
 
 
 class ReplayingGraph:
-    """A captured graph whose every replay runs inside a forward of the hooks (the
-    outside-graph variant's: its replay's seeds are drawn before the graph runs)."""
+    """A captured graph whose every replay runs inside a FULL forward of the hooks,
+    as vLLM's V1 runner replays one: the replay's seeds are drawn before the graph."""
 
     def __init__(self, graph: torch.cuda.CUDAGraph, hooks: hooks.ForwardHooks) -> None:
         self._graph, self._hooks = graph, hooks
@@ -361,24 +278,6 @@ class ReplayingGraph:
     def replay(self) -> None:
         with self._hooks.forward(ForwardInfo(runs_ssu=True, full_cudagraph=True)):
             self._graph.replay()
-
-
-class OutsideGraphSource(HookedSource):
-    def __init__(self, num_layers: int, device: torch.device) -> None:
-        from .outside_graph import outside_graph_prefetcher
-
-        super().__init__(num_layers, device, outside_graph_prefetcher)
-
-    def around_replay(self, graph: torch.cuda.CUDAGraph) -> object:
-        """What the bench replays in place of `graph`."""
-        return graph if self._prefetcher is None else ReplayingGraph(graph, self._hooks)
-
-
-class CheckedOnceSource(HookedSource):
-    def __init__(self, num_layers: int, device: torch.device) -> None:
-        from .checked_once import checked_once_prefetcher
-
-        super().__init__(num_layers, device, checked_once_prefetcher)
 
 
 @dataclass(frozen=True)
@@ -398,12 +297,9 @@ def variant_specs() -> list[VariantSpec]:
         VariantSpec(STOCK, lambda layers, device: StockSource(device)),
         VariantSpec("forward-context", ContextIdentitySource),
     ]
-    for plan in SYNC_PLANS:
-        for drawer in DRAWERS:
-            build = functools.partial(_reset, sync_plan=plan, drawer=drawer)
-            specs.append(VariantSpec(f"reset-{plan}-{drawer}", build))
-    specs.append(VariantSpec("reset-outside-graph", OutsideGraphSource))
-    specs.append(VariantSpec("reset-checked-once", CheckedOnceSource))
+    for drawer in DRAWERS:
+        build = functools.partial(_reset, drawer=drawer)
+        specs.append(VariantSpec(f"reset-{drawer}", build))
     specs.append(
         VariantSpec(
             FLOOR_RNG, lambda layers, device: DrawingFloorSource(device), seed_checked=False
@@ -413,8 +309,8 @@ def variant_specs() -> list[VariantSpec]:
     return specs
 
 
-def _reset(num_layers: int, device: torch.device, *, sync_plan: str, drawer: str) -> ResetSource:
-    return ResetSource(num_layers, device, sync_plan, drawer)
+def _reset(num_layers: int, device: torch.device, *, drawer: str) -> ResetSource:
+    return ResetSource(num_layers, device, drawer)
 
 
 def unavailable_errors() -> tuple[type[BaseException], ...]:

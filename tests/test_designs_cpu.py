@@ -17,12 +17,11 @@ import torch
 
 from bench import drawers, variants
 from bench.variants import (
-    BodyFirstForwardHooks,
     ForwardContextPrefetcherByName,
     ResetPrefetcherByName,
 )
 from runner_hooks.forward_context import prefetcher as prefetch_module
-from runner_hooks.hooks import ForwardInfo
+from runner_hooks.hooks import ForwardHooks, ForwardInfo
 
 N = 4
 
@@ -33,6 +32,7 @@ class FakeBatch:
 
     number: int
     consumed: int = 0
+    under_capture: bool | None = None
 
     def take(self) -> tuple[int, int] | None:
         if self.consumed >= N:
@@ -47,27 +47,34 @@ class FakePrefetch:
     def __init__(self) -> None:
         self.scheduled: list[FakeBatch] = []
         self.finished: list[tuple[int, int]] = []
+        self.full_cudagraph: list[bool] = []
+        self.filled: list[int] = []
 
     def schedule(self) -> FakeBatch:
         batch = FakeBatch(len(self.scheduled))
         self.scheduled.append(batch)
         return batch
 
-    def finish(self, batch: FakeBatch) -> None:
+    def fill(self, count: int) -> None:
+        self.filled.append(count)
+
+    def finish(self, batch: FakeBatch, full_cudagraph: bool = False) -> None:
         self.finished.append((batch.number, batch.consumed))
+        self.full_cudagraph.append(full_cudagraph)
 
 
 @pytest.fixture
 def fake(monkeypatch: pytest.MonkeyPatch) -> FakePrefetch:
     prefetch = FakePrefetch()
-    monkeypatch.setattr(variants, "_seed_prefetch", lambda *args: prefetch)
+    for name in ("_reset_prefetch", "_side_stream_prefetch"):
+        monkeypatch.setattr(variants, name, lambda *args: prefetch)
     for module in (variants, prefetch_module):
         monkeypatch.setattr(module, "cuda_device", lambda device, n: torch.device("cuda", 0))
     return prefetch
 
 
-def reset_design(fake: FakePrefetch) -> tuple[BodyFirstForwardHooks, ResetPrefetcherByName]:
-    hooks = BodyFirstForwardHooks()
+def reset_design(fake: FakePrefetch) -> tuple[ForwardHooks, ResetPrefetcherByName]:
+    hooks = ForwardHooks()
     prefetcher = ResetPrefetcherByName(N, "cuda")
     hooks.register(prefetcher)
     return hooks, prefetcher
@@ -105,18 +112,34 @@ def test_reset_draws_nothing_for_forwards_that_fall_back(
     assert fake.scheduled == [] and fake.finished == []
 
 
-def test_reset_defers_full_cudagraph_draws_to_the_first_seed(fake: FakePrefetch) -> None:
+def test_reset_draws_full_cudagraph_forwards_as_they_begin(fake: FakePrefetch) -> None:
+    """Before a FULL graph's capture and replay alike, so the graph itself draws
+    nothing; the end tells the prefetch the forward was one (a replay takes none)."""
     hooks, prefetcher = reset_design(fake)
     info = ForwardInfo(runs_ssu=True, full_cudagraph=True)
-    with hooks.forward(info):  # a replay: no SSU call, so nothing is drawn
-        pass
-    assert fake.scheduled == [] and fake.finished == []
-    with hooks.forward(info):  # a capture: the first SSU call draws, inside the graph
-        assert fake.scheduled == []
-        assert prefetcher.next_seed() == (0, 0)
+    with hooks.forward(info):  # a replay: no SSU call
         assert len(fake.scheduled) == 1
-        assert prefetcher.next_seed() == (0, 1)
-    assert fake.finished == [(0, 2)]
+    with hooks.forward(info):  # a capture
+        assert len(fake.scheduled) == 2
+        assert prefetcher.next_seed() == (1, 0)
+    assert fake.finished == [(0, 0), (1, 1)]
+    assert fake.full_cudagraph == [True, True]
+
+
+def test_reset_replays_draw_what_their_graph_captured(fake: FakePrefetch) -> None:
+    """V2: a FULL graph's replay, with no forward around it, draws the seeds its
+    capture took; a graph captured outside a forward, or a key not captured, none."""
+    prefetcher = ResetPrefetcherByName(N, "cuda")
+    with prefetcher.forward(captures="graph a"):
+        fake.scheduled[-1].under_capture = True
+        prefetcher.next_seed()
+        prefetcher.next_seed()
+    with prefetcher.forward(captures="warm-up of b"):  # not inside a capture
+        fake.scheduled[-1].under_capture = False
+        prefetcher.next_seed()
+    for graph in ("graph a", "warm-up of b", "never captured"):
+        prefetcher.replay(graph)
+    assert fake.filled == [2]
 
 
 def test_reset_closes_the_batch_also_when_the_forward_raises(fake: FakePrefetch) -> None:
@@ -136,30 +159,22 @@ def test_reset_each_forward_gets_its_own_batch(fake: FakePrefetch) -> None:
     assert [batch.number for batch in fake.scheduled] == [0, 1, 2]
 
 
-@pytest.mark.parametrize(
-    ("info", "ssu_calls"),
-    [
-        (ForwardInfo(runs_ssu=True, full_cudagraph=True), 0),
-        (ForwardInfo(runs_ssu=True, micro_batched=True), N),
-    ],
-    ids=["full_graph_replay", "micro_batched"],
-)
-def test_reset_a_forward_it_does_nothing_for_may_run_outside_the_hooks(
-    monkeypatch: pytest.MonkeyPatch, fake: FakePrefetch, info: ForwardInfo, ssu_calls: int
+def test_reset_a_micro_batched_forward_may_run_outside_the_hooks(
+    monkeypatch: pytest.MonkeyPatch, fake: FakePrefetch
 ) -> None:
-    """Why V2's FULL-graph replay (no SSU call runs) and its DBO capture stay outside
-    the hooks: around eager forwards, inside them or not, the prefetcher draws and
-    hands out the same."""
+    """Why V2's DBO capture stays outside the hooks: around eager forwards, inside
+    them or not, the prefetcher draws and hands out the same."""
+    info = ForwardInfo(runs_ssu=True, micro_batched=True)
 
     def run(hooked: bool) -> tuple[list[object], list[tuple[int, int]]]:
         fake = FakePrefetch()  # a fresh one per run, in place of the fixture's
-        monkeypatch.setattr(variants, "_seed_prefetch", lambda *args: fake)
+        monkeypatch.setattr(variants, "_reset_prefetch", lambda *args: fake)
         hooks, prefetcher = reset_design(fake)
         seeds: list[object] = []
         for forward in (ForwardInfo(runs_ssu=True), info, ForwardInfo(runs_ssu=True)):
             tested = forward is info
             with hooks.forward(forward) if hooked or not tested else contextlib.nullcontext():
-                seeds += [prefetcher.next_seed() for _ in range(ssu_calls if tested else 2)]
+                seeds += [prefetcher.next_seed() for _ in range(N if tested else 2)]
         return seeds, fake.finished
 
     assert run(hooked=True) == run(hooked=False)
@@ -224,7 +239,7 @@ def test_forward_context_tells_a_new_forward_from_a_dead_one_at_the_same_address
 def test_without_cuda_both_designs_disable_gracefully(device: str) -> None:
     if device == "cuda" and torch.cuda.is_available():
         pytest.skip("CUDA is available here; this checks the no-CUDA path")
-    hooks = BodyFirstForwardHooks()
+    hooks = ForwardHooks()
     reset = ResetPrefetcherByName(N, device)
     hooks.register(reset)
     base = ForwardContextPrefetcherByName(N, device, lambda: Forward())
@@ -243,9 +258,9 @@ def test_num_ssu_calls_must_be_a_positive_int(bad: object) -> None:
 
 def test_unknown_plan_or_drawer_names_are_refused_even_when_disabled() -> None:
     with pytest.raises(ValueError, match="unknown sync plan"):
-        ResetPrefetcherByName(N, "cpu", sync_plan="fastest")
+        ForwardContextPrefetcherByName(N, "cpu", lambda: None, sync_plan="fastest")
     with pytest.raises(ValueError, match="unknown seed drawer"):
-        ForwardContextPrefetcherByName(N, "cpu", lambda: None, drawer="magic")
+        ResetPrefetcherByName(N, "cpu", drawer="magic")
 
 
 @pytest.fixture
@@ -289,7 +304,7 @@ def test_a_named_randint_drawer_still_prefetches_without_the_kernel(
     def record(owner, n, device, draw, *rest):
         made.append(draw.__self__.name)
 
-    monkeypatch.setattr(variants, "SideStreamSeedPrefetch", record)
+    monkeypatch.setattr(variants, "SeedPrefetch", record)
     ResetPrefetcherByName(N, torch.device("cuda", 0), drawer="randint")
     assert made == ["randint"] and cuda_without_the_kernel == []
 

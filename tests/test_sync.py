@@ -19,13 +19,8 @@ def test_geometric_events_follow_seeds_0_1_3_7_and_the_last() -> None:
     assert plan.segments(8) == ((0, 1), (1, 2), (2, 4), (4, 8))
 
 
-@pytest.mark.parametrize("name", ["single", "current_stream"])
-def test_one_segment_plans(name: str) -> None:
-    assert SYNC_PLANS[name].segments(40) == ((0, 40),)
-
-
-def test_only_current_stream_avoids_the_side_stream() -> None:
-    assert {name for name, plan in SYNC_PLANS.items() if not plan.side_stream} == {"current_stream"}
+def test_single_has_one_segment() -> None:
+    assert SYNC_PLANS["single"].segments(40) == ((0, 40),)
 
 
 @pytest.mark.parametrize("name", sorted(SYNC_PLANS))

@@ -276,17 +276,23 @@ def _design(facts: _Facts) -> list[str]:
         return [
             "Once per forward, each model runner tells the SSU dispatch module whether "
             "the forward runs the SSU (its batch has decode tokens), whether it is "
-            "micro-batched, and whether it is captured as a FULL CUDA graph. N is the "
-            "number of Mamba-2 layers in the KV cache config, and the k-th SSU call of "
-            "a forward takes seed k.",
-            "One kernel launch draws all N seeds of a forward: it advances the default "
-            "CUDA generator's Philox offset by 4*N at once, exactly as N stock draws "
-            "do, and writes the N values those draws would return. It runs on the "
-            "forward's own stream as the forward begins, so the seeds are written "
-            "before any SSU kernel of the forward reads them, with no side stream and "
-            "no event. Under a FULL CUDA graph it runs at the first SSU call, inside "
-            "the capture, so every replay draws fresh seeds and advances the "
-            "generator as stock's graph does.",
+            "micro-batched, and whether it captures or replays a FULL CUDA graph. N is "
+            "the number of Mamba-2 layers in the KV cache config, and the k-th SSU call "
+            "of a forward takes seed k.",
+            "One kernel launch draws all N seeds of a forward into one persistent "
+            "buffer: it advances the default CUDA generator's Philox offset by 4*N at "
+            "once, exactly as N stock draws do, and writes the N values those draws "
+            "would return. It runs on the forward's own stream as the forward begins, "
+            "so the seeds are written before any SSU kernel of the forward reads them, "
+            "with no side stream and no event.",
+            "No CUDA graph draws. A FULL graph's SSU calls read the buffer, and its "
+            "seeds are drawn before each replay: V1's runner opens the forward outside "
+            "the graph wrapper's replay, and V2's execute_model draws them just before "
+            "it replays the graph. So a replay advances the generator as stock's graph does, "
+            "without the replay prologue torch runs for a graph that draws. A capture "
+            "leaves the generator where stock's does: a forward begun inside the capture "
+            "(V2) draws nothing, and one whose capture began after it (V1) has its "
+            "draws taken back from the generator's offset as it ends.",
             "Calls beyond N, calls outside a forward, and prefill-only and "
             "micro-batched (DBO) forwards draw inline exactly as stock, after any "
             "seeds drawn ahead, so the generator's order stays stock's.",

@@ -37,6 +37,7 @@ class Site(str, enum.Enum):
     V1_EXECUTE_MODEL = "V1 GPUModelRunner.execute_model"
     V1_DUMMY_RUN = "V1 GPUModelRunner._dummy_run"
     V2_EXECUTE_MODEL = "V2 GPUModelRunner.execute_model"
+    V2_REPLAY = "V2 GPUModelRunner.execute_model FULL replay"
     V2_CAPTURE = "V2 ModelCudaGraphManager.capture forward_fn"
 
     def __str__(self) -> str:

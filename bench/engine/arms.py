@@ -64,19 +64,25 @@ class Arm:
     perturb: Perturb = Perturb.NONE
     control: bool = False
     what: str = ""
-    # A drawer and sync plan other than the reset design's as it lands (the kernel
-    # on the forward's stream): the worker attaches bench.variants'
-    # ResetPrefetcherByName with them in its place before the engine starts.
+    # A drawer other than the reset design's as it lands (the seed kernel): the
+    # worker attaches bench.variants' ResetPrefetcherByName with it in its place
+    # before the engine starts.
     drawer: str | None = None
-    sync_plan: str | None = None
-    # A prefetcher of bench's in place of the landed one, by name (PREFETCHERS):
-    # the worker attaches it instead, over the landed drawer.
-    prefetcher: str | None = None
 
     @property
     def site(self) -> str:
         """The arm's key of SR_ENGINE_SITES (client.SITES_ENV)."""
         return STOCK_SITE if self.copy is None else self.copy.value
+
+    @property
+    def draws_before_replays(self) -> bool:
+        """Whether the arm runs the reset design's prefetcher, which draws each FULL
+        graph replay's seeds eagerly just before it (runner_hooks/core/reset.py):
+        the patched copy's, or bench.variants' in its place (drawer), or
+        the plugin's, which the flag engages in stock vLLM (PLUGIN)."""
+        if self.env.get("VLLM_MAMBA_SR_SEED_PREFETCH") != "1":
+            return False
+        return self.copy is Design.RESET or self.copy is None
 
     @property
     def microbench(self) -> str:
@@ -87,9 +93,7 @@ class Arm:
             return "stock"
         if self.copy is Design.FORWARD_CONTEXT:
             return "forward-context"
-        if self.prefetcher is not None:
-            return f"reset-{self.prefetcher}"
-        return f"reset-{self.sync_plan or 'current_stream'}-{self.drawer or 'kernel'}"
+        return f"reset-{self.drawer or 'kernel'}"
 
 
 ON = {"VLLM_MAMBA_SR_SEED_PREFETCH": "1"}
@@ -111,15 +115,8 @@ ARMS: tuple[Arm, ...] = (
         "reset",
         Design.RESET,
         dict(ON),
-        what="reset design as it lands: one-kernel drawer on the forward's stream",
-    ),
-    Arm(
-        "reset-single",
-        Design.RESET,
-        dict(ON),
-        what="reset design, one-kernel drawer on a side stream (single sync plan)",
-        drawer="kernel",
-        sync_plan="single",
+        what="reset design as it lands: one-kernel drawer on the forward's stream, "
+        "each forward's seeds drawn before its capture or replay (no RNG inside any graph)",
     ),
     Arm(
         "reset-randint",
@@ -127,7 +124,6 @@ ARMS: tuple[Arm, ...] = (
         dict(ON),
         what="reset design, randint drawer",
         drawer="randint",
-        sync_plan="geometric",
     ),
     Arm(
         "forward-context",
@@ -184,34 +180,25 @@ PLUGIN = Arm(
 TIMING_ARMS = (*ARMS, FLOOR, FLOOR_RNG)
 # Every arm the identity check runs, in its table's order.
 IDENTITY_ARMS = ARMS + CONTROLS
-PREFETCHERS = ("outside-graph", "checked-once")
-"""bench's prefetchers an arm may attach (Arm.prefetcher): bench/outside_graph.py,
-bench/checked_once.py."""
-# The out-of-graph and checked-once arms: run where named (SR_ENGINE_IDENTITY_ARMS,
-# SR_ENGINE_ARMS), by both the identity check and the timing; the committed full runs
-# predate them.
-OPT_IN_ARMS: tuple[Arm, ...] = (
-    Arm(
-        "reset-outside-graph",
-        Design.RESET,
-        dict(ON),
-        what="reset design, every forward's seeds drawn eagerly as its hook fires, "
-        "before captures and replays alike, into one buffer the graphs read: "
-        "no RNG inside any graph",
-        prefetcher="outside-graph",
-    ),
-    Arm(
-        "reset-checked-once",
-        Design.RESET,
-        dict(ON),
-        what="reset design, the capture and stream checks once per forward, not once per SSU call",
-        prefetcher="checked-once",
-    ),
-)
-NAMED_ONLY_ARMS = (*OPT_IN_ARMS, PLUGIN)
+NAMED_ONLY_ARMS = (PLUGIN,)
 """The arms the timing and the identity run only where SR_ENGINE_ARMS or
-SR_ENGINE_IDENTITY_ARMS names them: the opt-in prefetchers and the plugin."""
-BY_NAME = {arm.name: arm for arm in (*IDENTITY_ARMS, FLOOR, FLOOR_RNG, PLUGIN, *OPT_IN_ARMS)}
+SR_ENGINE_IDENTITY_ARMS names them. What the out-of-graph and checked-once arms
+tried is what the reset design does by default (runner_hooks/core/prefetch.py,
+reset.py), so its arm "reset" runs it; RETIRED_ARMS names their committed records."""
+RETIRED_ARMS: dict[str, str] = {
+    "reset-single": "reset design, one-kernel drawer on a side stream (single sync "
+    "plan), which a graph that draws nothing cannot wait on",
+    "reset-outside-graph": "reset design, every forward's seeds drawn eagerly as its "
+    "hook fires, before captures and replays alike, into one buffer the graphs read: "
+    "no RNG inside any graph (now the reset design's default)",
+    "reset-checked-once": "reset design, the capture and stream checks once per "
+    "forward, not once per SSU call (now the reset design's default)",
+}
+"""Arms no run takes any more, by name -> what they were: their committed records
+(bench/results/engine-nvidia-h200-20261203d-plugin-optin, and the
+engine-nvidia-h200-20261204e-outside-graph ones) stay history, to be judged and
+reported as they were made."""
+BY_NAME = {arm.name: arm for arm in (*IDENTITY_ARMS, FLOOR, FLOOR_RNG, *NAMED_ONLY_ARMS)}
 
 # What two processes of the same code need to compute the same bits: the
 # first Triton autotuning pick in the shared cache is every later engine's

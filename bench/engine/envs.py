@@ -80,7 +80,7 @@ VARIABLES: tuple[Variable, ...] = (
         "all of arms.IDENTITY_ARMS",
         "reset,...: the identity run's arms; stock and stock-again, the positive "
         "control, always run (older names, compact.RENAMES, are taken too); "
-        "arms.NAMED_ONLY_ARMS (the opt-in prefetchers and the plugin) run only where named",
+        "arms.NAMED_ONLY_ARMS (the plugin) run only where named",
         "session.py",
     ),
     Variable(

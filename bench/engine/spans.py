@@ -72,8 +72,10 @@ class ReplaySpans:
     first spins (`SPIN_CYCLES`), the start event is recorded behind the spin,
     and by the time it fires the host has enqueued the whole replay: the pair
     spans the prologue's kernels and the graph's back to back on the GPU, what
-    the microbenchmark's graph mode times.  A forward that draws its seeds
-    eagerly before its replay starts the pair before the draw (open_early).
+    the microbenchmark's graph mode times.  A replay whose seeds are drawn
+    eagerly just before it (the reset design's: no RNG inside its graph) starts
+    the pair before the draw (open_early), so that the pair holds the draw as
+    stock's holds the draws inside its graph.
     """
 
     def __init__(self) -> None:
@@ -85,11 +87,12 @@ class ReplaySpans:
         self._early: Any = None  # open_early's start, until a replay takes it
 
     def open_early(self) -> None:
-        """Starts the next replay's pair here, behind the spin: for a forward
-        that draws its seeds eagerly just before its replay (the outside-graph
-        arm), so that the pair spans the draw and its launch gap as well.  A
-        replay that finds this start already reached (the host took longer than
-        the spin) leaves its step uncovered (None), not short."""
+        """Starts the next replay's pair here, behind the spin: for a replay
+        whose seeds are drawn eagerly just before it (the reset design's arms,
+        worker._time_replays_from_the_draw), so that the pair spans the draw and
+        its launch gap as well.  A replay that finds this start already reached
+        (the host took longer than the spin) leaves its step uncovered (None),
+        not short."""
         import torch
 
         if not self.timing:
@@ -99,7 +102,9 @@ class ReplaySpans:
         self._early.record()
 
     def close_early(self) -> None:
-        """Drops a start no replay took (its forward replayed nothing)."""
+        """Drops a start no replay took (its forward replayed nothing; or, at the
+        end of execute_model, RankSpans, one opened before a replay that did not
+        come)."""
         self._early = None
 
     def install(self) -> None:
@@ -144,7 +149,9 @@ class ReplaySpans:
 
 class RankSpans:
     """One rank's timers: its forward spans, and the process's replay spans
-    split by forward (the pair count as each execute_model call ends)."""
+    split by forward (the pair count as each execute_model call ends).  A
+    replay's start opened early that no replay took by then is dropped, so that
+    it cannot start a later step's replay."""
 
     def __init__(self, replays: ReplaySpans) -> None:
         self.forwards = ForwardSpans()
@@ -152,7 +159,11 @@ class RankSpans:
         self.marks: list[int] = []
 
     def install(self, worker: Any) -> None:
-        self.forwards.install(worker, on_end=lambda: self.marks.append(len(self.replays.pairs)))
+        self.forwards.install(worker, on_end=self._forward_ended)
+
+    def _forward_ended(self) -> None:
+        self.replays.close_early()
+        self.marks.append(len(self.replays.pairs))
 
     def take(self) -> dict[str, Any]:
         """Per forward since the last take: its seconds, and its replays'

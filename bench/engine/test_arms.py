@@ -14,7 +14,7 @@ from .arms import ARMS, BY_NAME, CONTROLS, IDENTITY_ARMS, STOCK, TIMING_ARMS, Gr
 def test_arms() -> None:
     assert ARMS[0] is STOCK
     # + the floors and the plugin
-    assert len(BY_NAME) == len(IDENTITY_ARMS) + 3 + len(arms.OPT_IN_ARMS)
+    assert len(BY_NAME) == len(IDENTITY_ARMS) + 3
     assert all(control.control and control.copy is None for control in CONTROLS)
     eager = arms.engine_kwargs("/m", GraphMode.EAGER)
     graphs = arms.engine_kwargs("/m", GraphMode.PIECEWISE, seed=3)
@@ -61,26 +61,31 @@ def test_each_vllm_copy_has_its_own_flashinfer_workspace(monkeypatch) -> None:
 
 def test_every_arms_variant_exists() -> None:
     from bench.drawers import drawer_factory
-    from bench.sync import resolve_sync_plan
 
-    variants = [(a.drawer, a.sync_plan) for a in BY_NAME.values() if a.drawer is not None]
-    assert variants == [("kernel", "single"), ("randint", "geometric")]
-    for drawer, plan in variants:
+    drawers = [a.drawer for a in BY_NAME.values() if a.drawer is not None]
+    assert drawers == ["randint"]
+    for drawer in drawers:
         drawer_factory(drawer)
-        resolve_sync_plan(plan)
-    assert all(a.sync_plan is None for a in BY_NAME.values() if a.drawer is None)
     # Each timed arm's seed path is a variant of the microbenchmark (its predictions).
     from bench.variants import variant_specs
 
     names = {spec.name for spec in variant_specs()}
-    assert {arm.microbench for arm in (*TIMING_ARMS, *arms.OPT_IN_ARMS)} <= names
-    assert {arm.prefetcher for arm in arms.OPT_IN_ARMS} == set(arms.PREFETCHERS)
+    assert {arm.microbench for arm in TIMING_ARMS} <= names
     assert [BY_NAME[a].microbench for a in ("reset", "reset-randint", "flag-off")] == [
-        "reset-current_stream-kernel",
-        "reset-geometric-randint",
+        "reset-kernel",
+        "reset-randint",
         "stock",
     ]
     assert BY_NAME["floor"] in TIMING_ARMS and BY_NAME["floor"] not in IDENTITY_ARMS
+
+
+def test_the_reset_designs_arms_draw_before_their_replays() -> None:
+    """The arms whose replay spans start before the seeds drawn for them: the
+    reset design's copy with the flag on (variants too) and the plugin; the retired
+    arms' records name no arm a run takes."""
+    drawing = {arm.name for arm in BY_NAME.values() if arm.draws_before_replays}
+    assert drawing == {"reset", "reset-randint", "plugin"}
+    assert not set(arms.RETIRED_ARMS) & set(BY_NAME)
 
 
 def test_engine_kwargs_at_tp() -> None:

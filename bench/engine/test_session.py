@@ -37,17 +37,19 @@ def test_the_timing_can_measure_one_runner(tmp_path: Path, monkeypatch: pytest.M
 
 
 def test_the_timing_can_measure_some_arms(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(session.ARMS_ENV, "reset-single,floor")
+    monkeypatch.setenv(session.ARMS_ENV, "reset-randint,floor")
     chosen = [arm.name for arm in session.timing_arms_from_env()]
-    assert chosen == ["stock", "reset-single", "floor"]  # stock always, in order
-    monkeypatch.setenv(session.ARMS_ENV, "plugin,reset-outside-graph")
+    assert chosen == ["stock", "reset-randint", "floor"]  # stock always, in order
+    monkeypatch.setenv(session.ARMS_ENV, "plugin,reset-randint")
     chosen = [arm.name for arm in session.timing_arms_from_env()]
-    assert chosen == ["stock", "reset-outside-graph", "plugin"]  # opt-in arms where named
+    assert chosen == ["stock", "reset-randint", "plugin"]  # named-only arms where named
     monkeypatch.delenv(session.ARMS_ENV)
     assert session.timing_arms_from_env() == TIMING_ARMS
 
 
-@pytest.mark.parametrize("bad", ["explicit", ",", "stock,control-one-seed"])
+@pytest.mark.parametrize(
+    "bad", ["explicit", ",", "stock,control-one-seed", "stock,reset-outside-graph"]
+)
 def test_an_unknown_timing_arm_is_refused(bad: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(session.ARMS_ENV, bad)
     with pytest.raises(ValueError, match="SR_ENGINE_ARMS takes names among"):

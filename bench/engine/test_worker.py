@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -207,12 +208,13 @@ class Worker:
 }
 
 
-@pytest.mark.parametrize("arm", ["control-one-seed", "reset-single", "reset-outside-graph"])
+@pytest.mark.parametrize("arm", ["control-one-seed", "reset-randint", "reset"])
 def test_each_rank_process_gets_the_arms_environment(arm: str, tmp_path: Path) -> None:
     """A real worker process starts an engine at TP 2 whose ranks are spawned
     processes (a fake vLLM): each rank has NVLink multicast off, the arm's own
     variables and its GPUs, and is set up for the arm (the control's seed path,
-    the variant's drawer and plan, or bench's prefetcher) before its model would load."""
+    the variant's drawer and plan, or the landed prefetcher left in place) before
+    its model would load."""
     site = tmp_path / "site"
     for name, text in FAKE_VLLM.items():
         (site / name).parent.mkdir(parents=True, exist_ok=True)
@@ -255,10 +257,8 @@ def test_each_rank_process_gets_the_arms_environment(arm: str, tmp_path: Path) -
         assert seen["env"] == expected_env, rank
         perturbed = "_OneSeedPerturbed" if arm == "control-one-seed" else "NoneType"
         assert seen["ssu_torch"] == perturbed, rank
-        variant = {"drawer": chosen.drawer, "sync_plan": chosen.sync_plan}
-        if chosen.prefetcher:
-            variant = {"name": chosen.prefetcher}
-        assert seen["prefetcher"] == (variant if chosen.drawer or chosen.prefetcher else None)
+        variant = {"drawer": chosen.drawer}
+        assert seen["prefetcher"] == (variant if chosen.drawer else None)
 
 
 @pytest.mark.parametrize("k", [0, 3, 7])
@@ -454,31 +454,94 @@ def test_a_profile_of_mixed_steps_checks_they_were_mixed(monkeypatch: pytest.Mon
     assert "**v1, BS 2: GPU kernels per mixed step**" in text
 
 
-def test_outside_graph_replays_are_timed_from_before_their_draw(
+class _Prefetch:
+    """The SeedPrefetch a reset-design prefetcher draws with, as events."""
+
+    def __init__(self, events: list[object]) -> None:
+        self.events = events
+
+    def schedule(self) -> Any:
+        from types import SimpleNamespace as NS
+
+        self.events.append("draw")
+        return NS(under_capture=False, consumed=0)
+
+    def fill(self, count: int) -> None:
+        self.events.append(("fill", count))
+
+    def finish(self, batch: Any, full_cudagraph: bool = False) -> None:
+        self.events.append("finish")
+
+
+def test_the_reset_designs_replays_are_timed_from_before_their_draw(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The outside-graph arm's FULL forwards outside a capture open the replay span
-    before their eager draw and drop it as they end; its eager forwards and the
-    forwards it opens inside a capture (V2's) leave the spans alone."""
+    """The reset design's prefetcher draws a FULL graph's seeds just before its
+    replay: on V1 a FULL forward begun outside a capture opens the replay span
+    before its draw and drops what no replay took as it ends; on V2 sr_seed_replay
+    opens it before its fill.  Eager forwards and those begun inside a capture
+    leave the spans alone; the prefetcher is wrapped once."""
+    from runner_hooks.core.reset import SRSeedPrefetcher
+
     events: list[object] = []
-
-    class Prefetcher:
-        def _begin(self, count: int | None, full_cudagraph: bool) -> None:
-            events.append(("draw", full_cudagraph))
-
-        def _end(self) -> None:
-            events.append("end")
-
     capturing = [False]
     monkeypatch.setattr(worker, "open_replay_early", lambda: events.append("open"))
     monkeypatch.setattr(worker, "close_replay_early", lambda: events.append("close"))
-    from runner_hooks.core import prefetch as core
-
-    monkeypatch.setattr(core, "_is_capturing", lambda: capturing[0])
-    prefetcher = worker._replay_spans_from_the_draw(Prefetcher())
-    prefetcher._begin(None, True)
-    prefetcher._end()
-    prefetcher._begin(None, False)
+    monkeypatch.setattr(worker, "_capturing", lambda: capturing[0])
+    prefetcher = SRSeedPrefetcher(_Prefetch(events))  # type: ignore[arg-type]
+    worker._time_replays_from_the_draw(prefetcher)
+    worker._time_replays_from_the_draw(prefetcher)  # once only
+    with prefetcher.forward(full_cudagraph=True):
+        events.append("replay")
+    assert events == ["open", "draw", "replay", "finish", "close"]
+    events.clear()
+    with prefetcher.forward():
+        pass
     capturing[0] = True
-    prefetcher._begin(None, True)
-    assert events == ["open", ("draw", True), "end", "close", ("draw", False), ("draw", True)]
+    with prefetcher.forward(full_cudagraph=True, captures="graph"):
+        pass
+    assert events == ["draw", "finish", "draw", "finish"]
+    events.clear()
+    capturing[0] = False
+    prefetcher._graph_seeds["graph"] = 3
+    prefetcher.replay("graph")
+    assert events == ["open", ("fill", 3)]
+    events.clear()
+    with pytest.raises(RuntimeError), prefetcher.forward(full_cudagraph=True):
+        raise RuntimeError("the forward failed")
+    assert events == ["open", "draw", "finish", "close"]
+
+
+def test_only_the_reset_designs_arms_time_from_the_draw(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The engine installs each rank's timers with its arm's Arm.draws_before_replays."""
+    calls: list[tuple[object, ...]] = []
+    monkeypatch.setattr(
+        worker.Engine, "_each_rank", lambda self, func, *args: calls.append((func, *args))
+    )
+    for name, draws in (("stock", False), ("reset", True), ("plugin", True)):
+        calls.clear()
+        engine = worker.Engine(BY_NAME[name], "/m")
+        engine._install_timers()
+        engine._install_timers()
+        assert calls == [(worker._install_rank_timers, draws)], name
+
+
+def test_a_ranks_timers_wrap_the_attached_prefetcher(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the arm draws before its replays, the prefetcher ssu_dispatch has
+    attached is timed from the draw; none attached (the flag set but unused),
+    nothing is."""
+    import sys
+    from types import SimpleNamespace as NS
+
+    installed: list[object] = []
+    wrapped: list[object] = []
+    monkeypatch.setattr(worker, "_install_spans", installed.append)
+    monkeypatch.setattr(worker, "_time_replays_from_the_draw", wrapped.append)
+    ssu_dispatch = NS(_sr_seed_prefetcher="attached")
+    monkeypatch.setitem(sys.modules, worker.SSU_DISPATCH, ssu_dispatch)
+    worker._install_rank_timers("rank", False)
+    worker._install_rank_timers("rank", True)
+    assert installed == ["rank", "rank"] and wrapped == ["attached"]
+    ssu_dispatch._sr_seed_prefetcher = None
+    worker._install_rank_timers("rank", True)
+    assert wrapped == ["attached"]

@@ -13,9 +13,11 @@ configuration, or mixed steps (a prefill chunk beside the decodes: Plan):
 - replay_s: the median over those steps of the GPU time of the step's CUDA
   graph replays (spans.py's ReplaySpans): torch's replay prologue (two fill
   kernels, for a graph that draws) and the graph, one launch, back to back
-  behind a spin that lets the host enqueue them first: under FULL graphs, where
-  the in-graph seed draws are, and what the microbenchmark's graph mode
-  times;
+  behind a spin that lets the host enqueue them first; for the reset design's
+  arms, whose graphs draw nothing, from before the seed draw that precedes each
+  replay (worker._time_replays_from_the_draw): under FULL graphs, where stock's
+  seed draws are inside the graph and the reset design's just before it, and
+  what the microbenchmark's graph mode times;
 - forward_gpu_s (mixed steps): the median over the steps of the forward's GPU
   time (the runner's `with set_forward_context(...)`: the seed draws, the
   piecewise replays and the eager SSU between them), timed in segments, each

@@ -38,6 +38,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
+import importlib
 import json
 import math
 import os
@@ -179,103 +180,91 @@ def _replace_ssu_torch(perturb: Perturb, every: int) -> None:
         ssu_dispatch.torch = _OneDraw(torch, every)
 
 
-def _variant_prefetcher(prefetch: Any, *, drawer: str, sync_plan: str | None) -> Any:
+def _variant_prefetcher(prefetch: Any, *, drawer: str) -> Any:
     """bench.variants' ResetPrefetcherByName of the size and device of the SeedPrefetch
     that the patched vLLM hands its own."""
     from bench.variants import ResetPrefetcherByName
 
-    return ResetPrefetcherByName(
-        prefetch.num_seeds, prefetch.device, drawer=drawer, sync_plan=sync_plan
-    )
+    return ResetPrefetcherByName(prefetch.num_seeds, prefetch.device, drawer=drawer)
 
 
-def _use_variant(drawer: str, sync_plan: str | None) -> None:
+def _use_variant(drawer: str) -> None:
     """The patched vLLM attaches bench.variants' ResetPrefetcherByName with this drawer
-    and plan in place of its vendored one, which has one of each."""
+    in place of its vendored one, which has the seed kernel's."""
     import functools
 
     from vllm.model_executor.layers.mamba.ops import ssu_dispatch
 
     from bench.drawers import drawer_factory
-    from bench.sync import resolve_sync_plan
 
     # An unknown name fails here, not in the engine.
     drawer_factory(drawer)
-    if sync_plan is not None:
-        resolve_sync_plan(sync_plan)
     ssu_dispatch.SRSeedPrefetcher = functools.partial(  # type: ignore[misc]
-        _variant_prefetcher, drawer=drawer, sync_plan=sync_plan
+        _variant_prefetcher, drawer=drawer
     )
 
 
-def _bench_prefetcher(prefetch: Any, *, name: str) -> Any:
-    """bench's prefetcher `name` (arms.PREFETCHERS) over the drawer of the SeedPrefetch
-    that the patched vLLM hands its own."""
-    if name == "outside-graph":
-        from bench.outside_graph import outside_graph_prefetcher
-
-        return _replay_spans_from_the_draw(
-            outside_graph_prefetcher(
-                prefetch.num_seeds, prefetch.device, prefetch.draw, prefetch.owner
-            )
-        )
-    from bench.checked_once import checked_once_prefetcher
-
-    return checked_once_prefetcher(
-        prefetch.num_seeds, prefetch.device, prefetch.draw, prefetch.owner
-    )
+SSU_DISPATCH = "vllm.model_executor.layers.mamba.ops.ssu_dispatch"
+"""The module where the patched vLLM (or the plugin) attaches its seed prefetcher,
+as `_sr_seed_prefetcher`."""
 
 
-def _replay_spans_from_the_draw(prefetcher: Any) -> Any:
-    """`prefetcher` (bench.outside_graph's), whose FULL forwards outside a capture
-    start the timing's replay span before their eager draw (spans.open_replay_early):
-    the draw replaces stock's in-graph ones, so the span must hold it.  The capture
-    test is the one its draw makes (OutsideGraphPrefetch.schedule_outside)."""
-    from runner_hooks.core import prefetch as core
+def _capturing() -> bool:
+    import torch
 
-    begin, end = prefetcher._begin, prefetcher._end
+    return torch.cuda.is_current_stream_capturing()
 
-    def timed_begin(count: int | None, full_cudagraph: bool) -> None:
-        if full_cudagraph and not core._is_capturing():
-            open_replay_early()
-        begin(count, full_cudagraph)
 
-    def timed_end() -> None:
-        end()
+@contextlib.contextmanager
+def _replay_span_closed_after(body: contextlib.AbstractContextManager[Any]) -> Iterator[None]:
+    """`body`, then the replay span it opened early dropped if no replay took it."""
+    try:
+        with body:
+            yield
+    finally:
         close_replay_early()
 
-    prefetcher._begin, prefetcher._end = timed_begin, timed_end
-    return prefetcher
+
+def _time_replays_from_the_draw(prefetcher: Any) -> None:
+    """`prefetcher`, the reset design's (runner_hooks/core/reset.py SRSeedPrefetcher
+    as it lands, or bench.variants' in its place), has each FULL graph replay start
+    the timing's replay span before the seeds drawn for it (spans.open_replay_early):
+    those draws stand in for the ones stock's graph makes inside its replay, so the
+    span must hold them as stock's holds its own.  On V1 a replay runs inside a FULL
+    forward, `forward(full_cudagraph=True)` begun outside a capture, which draws as
+    it begins; on V2 it follows `replay(graph)` (sr_seed_replay, just before
+    run_fullgraph).  Eager and PIECEWISE forwards, and forwards begun inside a
+    capture (V2's), keep the spans as they are.  Once per prefetcher: an engine
+    started again in this process may keep the one attached before."""
+    if getattr(prefetcher, "_sr_replays_timed", False):
+        return
+    forward, replay = prefetcher.forward, prefetcher.replay
+
+    def timed_forward(full_cudagraph: bool = False, captures: Any = None) -> Any:
+        if not full_cudagraph or _capturing():
+            return forward(full_cudagraph, captures)
+        open_replay_early()
+        return _replay_span_closed_after(forward(full_cudagraph, captures))
+
+    def timed_replay(graph: Any) -> None:
+        open_replay_early()
+        replay(graph)
+
+    prefetcher.forward, prefetcher.replay = timed_forward, timed_replay
+    prefetcher._sr_replays_timed = True
 
 
-def _live_outside_graph_prefetcher() -> Any:
-    from vllm.model_executor.layers.mamba.ops import ssu_dispatch
-
-    from bench.outside_graph import OutsideGraphPrefetcher
-
-    live = getattr(ssu_dispatch, "_sr_seed_prefetcher", None)
-    return live if isinstance(live, OutsideGraphPrefetcher) else None
-
-
-def _use_prefetcher(name: str) -> None:
-    """The patched vLLM attaches bench's prefetcher `name` in place of its vendored
-    one; for outside-graph under the V2 runner, its FULL replays (which have no
-    runner hook) draw first (bench/engine/outside_graph_v2.py)."""
-    import functools
-
-    from vllm.model_executor.layers.mamba.ops import ssu_dispatch
-
-    if name not in arms.PREFETCHERS:
-        raise ValueError(f"unknown prefetcher {name!r}; known: {arms.PREFETCHERS}")
-    ssu_dispatch.SRSeedPrefetcher = functools.partial(  # type: ignore[misc]
-        _bench_prefetcher, name=name
-    )
-    if name == "outside-graph" and os.environ.get("VLLM_USE_V2_MODEL_RUNNER") == "1":
-        from vllm.v1.worker.gpu import cudagraph_utils
-
-        from .outside_graph_v2 import wrap_v2
-
-        wrap_v2(cudagraph_utils, _live_outside_graph_prefetcher)
+def _install_rank_timers(worker: Any, draws_before_replays: bool) -> None:
+    """This rank's timers (spans._install_spans); where its arm draws before its
+    replays (Arm.draws_before_replays), the attached prefetcher's replays timed from
+    before their draws (_time_replays_from_the_draw).  Run once the engine has
+    started: the plugin serves ssu_dispatch only as vLLM imports it."""
+    _install_spans(worker)
+    if draws_before_replays:
+        ssu_dispatch = importlib.import_module(SSU_DISPATCH)
+        prefetcher = getattr(ssu_dispatch, "_sr_seed_prefetcher", None)
+        if prefetcher is not None:
+            _time_replays_from_the_draw(prefetcher)
 
 
 _PREPARED = False
@@ -284,7 +273,7 @@ _PREPARED = False
 def prepare_rank() -> None:
     """Sets this process up for the arm $SR_ENGINE_ARM names, once: torch's
     deterministic algorithms where $SR_ENGINE_TORCH_DETERMINISTIC asks, the
-    controls' and the floor's seed path, the arm's sync plan or prefetcher.  Run by main
+    controls' and the floor's seed path, the arm's drawer.  Run by main
     before the engine starts, and by every rank's vLLM worker
     (rank_worker.RankWorker) before its model loads: under TP a rank is a
     process of its own (forked, it has all this already)."""
@@ -301,9 +290,7 @@ def prepare_rank() -> None:
     if arm.perturb in (Perturb.ONE_SEED, Perturb.NO_DRAW, Perturb.ONE_DRAW):
         _replace_ssu_torch(arm.perturb, model.mamba2_layers())
     if arm.drawer is not None:
-        _use_variant(arm.drawer, arm.sync_plan)
-    if arm.prefetcher is not None:
-        _use_prefetcher(arm.prefetcher)
+        _use_variant(arm.drawer)
     _PREPARED = True
 
 
@@ -611,7 +598,7 @@ class Engine:
 
     def _install_timers(self) -> None:
         if not self.timed:  # the identity workload runs without timers
-            self._each_rank(_install_spans)
+            self._each_rank(_install_rank_timers, self.arm.draws_before_replays)
             self.timed = True
 
     def _steps(self, engine: Any, steps: int) -> set[str]:

@@ -6,14 +6,16 @@ Race-free with CUDA stream order and events only:
 - Values: the drawer advances the CUDA generator as the N stock draws would, so
   seed k is stock's k-th while nothing else draws from it between Mamba layers.
 - Seeds before readers: a forward's draws are enqueued on its stream as it
-  begins, and its consumers run on that stream (`take` refuses others).
-- The eager buffer, shared by eager forwards: a forward on another stream than
-  the last eager one first waits on a handover event recorded on that stream,
-  which may be the legacy default stream (handle 0, which pool streams do not
-  sync with: "no earlier forward" is None, not 0). The buffer is
-  `record_stream`ed on each stream that reads it, so freeing it with its
-  prefetcher waits for those reads.
-- Capture: a captured forward draws into a buffer of the graph's pool.
+  begins, and its readers (its SSU kernels, or the graph it replays) run on that
+  stream after them (`take` refuses another stream).
+- One buffer, read by every forward and every captured graph: the next forward's
+  draws are enqueued after this forward's readers on the same stream or, on
+  another stream, after a handover event recorded on the last one (which may be
+  the legacy default stream, handle 0, which pool streams do not sync with: "no
+  earlier forward" is None, not 0). The buffer is `record_stream`ed on each
+  stream that reads it, so freeing it with its prefetcher waits for those reads.
+- Capture: a forward that begins inside a capture draws nothing, and its graph
+  reads the buffer, which the draws before each of its replays fill.
 """
 
 import logging
@@ -26,13 +28,16 @@ logger = logging.getLogger(__name__)
 
 _is_capturing = torch.cuda.is_current_stream_capturing
 
+OFFSETS_PER_DRAW = 4
+"""Philox offsets one stock draw (randint of numel 1) reserves."""
+
 
 def _public_stream_handle(device_index: int) -> int:
     return torch.cuda.current_stream(device_index).cuda_stream
 
 
-# Read on every SSU call. The raw handle needs no Stream object; torch's public
-# equivalent builds one per call (see _public_stream_handle).
+# Read at a forward's first and last seed. The raw handle needs no Stream
+# object; torch's public equivalent builds one per call (_public_stream_handle).
 _current_stream_handle: Callable[[int], int] = getattr(
     torch._C, "_cuda_getCurrentRawStream", _public_stream_handle
 )
@@ -42,6 +47,10 @@ class WrongStreamError(RuntimeError):
     """A seed was taken on another stream than the one its forward began on."""
 
 
+class GeneratorRewindError(RuntimeError):
+    """The generator cannot be put back after a capture as stock leaves it."""
+
+
 @dataclass(frozen=True, eq=False)
 class SeedBuffer:
     whole: torch.Tensor
@@ -49,41 +58,75 @@ class SeedBuffer:
 
 
 class SeedBatch:
-    """The seeds of one forward, handed out in order by `take`."""
+    """The seeds of one forward, handed out in order by `take`.
+
+    The capture and stream checks run at the first and the last seed only: a
+    capture encloses every SSU call of a forward or none (a FULL graph the whole
+    model, a PIECEWISE graph none of the SSU, whose op splits the graph), and a
+    runner keeps a forward on one stream. The check at the last seed catches a
+    forward that entered or left a capture, or changed stream, after its first.
+    """
 
     __slots__ = (
         "_device_index",
+        "_last",
         "_owner",
         "_seeds",
         "_stream_handle",
         "consumed",
+        "eager_draws",
         "under_capture",
     )
 
     def __init__(
-        self, owner: str, buffer: SeedBuffer, device_index: int, under_capture: bool
+        self,
+        owner: str,
+        seeds: tuple[torch.Tensor, ...],
+        device_index: int,
+        eager_draws: int,
+        under_capture: bool | None,
     ) -> None:
+        """`eager_draws`: seeds drawn for it outside any capture; `under_capture`:
+        None while its first seed, taken in a capture or not, is to tell."""
         self._owner = owner
-        self._seeds = buffer.seeds
+        self._seeds = seeds
+        self._last = len(seeds) - 1
         self._device_index = device_index
-        self._stream_handle = _current_stream_handle(device_index)
+        self._stream_handle: int | None = _current_stream_handle(device_index)
+        self.eager_draws = eager_draws
         self.under_capture = under_capture
         self.consumed = 0
 
     def take(self) -> torch.Tensor | None:
-        """The next seed; None (the caller draws as stock) beyond the batch or
-        when the capture state differs from the batch's."""
+        """The next seed; None (the caller draws as stock) beyond the batch, or
+        when the capture state at the first or last seed differs from the batch's."""
         k = self.consumed
-        if k >= len(self._seeds) or _is_capturing() != self.under_capture:
+        if k > self._last:
             return None
-        if _current_stream_handle(self._device_index) != self._stream_handle:
-            raise WrongStreamError(
-                f"{self._owner}: seed {k} taken on {torch.cuda.current_stream()}, "
-                f"but its forward began on stream {self._stream_handle:#x}; all "
-                "SSU calls of a forward must run on the stream it began on"
-            )
+        if (k == 0 or k == self._last) and not self._checked(k):
+            return None
         self.consumed = k + 1
         return self._seeds[k]
+
+    def _checked(self, k: int) -> bool:
+        """Whether seed k may be handed out here; raises on the wrong stream."""
+        capturing = _is_capturing()
+        if self.under_capture is None:
+            self.under_capture = capturing
+            if capturing:
+                # Drawn before the capture began: each replay reads the draws
+                # enqueued before it on its own stream, not the capture's.
+                self._stream_handle = None
+        elif capturing != self.under_capture:
+            return False
+        handle = self._stream_handle
+        if handle is not None and _current_stream_handle(self._device_index) != handle:
+            raise WrongStreamError(
+                f"{self._owner}: seed {k} taken on {torch.cuda.current_stream()}, "
+                f"but its forward began on stream {handle:#x}; all SSU calls of "
+                "a forward must run on the stream it began on"
+            )
+        return True
 
     @property
     def complete(self) -> bool:
@@ -91,7 +134,7 @@ class SeedBatch:
 
 
 class SeedPrefetch:
-    """Draws each forward's N seeds on the forward's stream as it begins."""
+    """Draws each forward's seeds on the forward's stream as it begins."""
 
     def __init__(
         self,
@@ -107,10 +150,10 @@ class SeedPrefetch:
         self.device = device
         self._device_index = device.index
         self.draw = draw
-        self._eager_buffer = self._new_buffer()
-        # The last eager forward's stream (None before the first) and handle.
-        self._eager_stream: torch.cuda.Stream | None = None
-        self._eager_stream_handle: int | None = None
+        self._buffer = self._new_buffer()
+        # The last drawing stream (None before the first) and its handle.
+        self._stream: torch.cuda.Stream | None = None
+        self._stream_handle: int | None = None
         self._handover = torch.cuda.Event()
         self._warned_unconsumed = False
 
@@ -119,45 +162,70 @@ class SeedPrefetch:
         return SeedBuffer(whole, whole.split(1))
 
     def _hand_over(self) -> torch.cuda.Event | None:
-        """The event an eager forward's draws wait on, if its stream changed."""
+        """The event this forward's draws wait on, if its stream changed."""
         handle = _current_stream_handle(self._device_index)
-        if handle == self._eager_stream_handle:
+        if handle == self._stream_handle:
             return None
-        previous = self._eager_stream
+        previous = self._stream
         stream = torch.cuda.current_stream(self._device_index)
-        self._eager_stream, self._eager_stream_handle = stream, handle
-        self._eager_buffer.whole.record_stream(stream)
+        self._stream, self._stream_handle = stream, handle
+        self._buffer.whole.record_stream(stream)
         if previous is None:
             return None
         self._handover.record(previous)
         return self._handover
 
     def schedule(self) -> SeedBatch:
-        """Enqueues the draws of one forward's N seeds; returns their batch."""
+        """The batch of a forward beginning now, its N seeds drawn into the
+        buffer; inside a capture, nothing is drawn."""
+        seeds = self._buffer.seeds
         if _is_capturing():
-            return self._draw(self._new_buffer(), None, True)
-        return self._draw(self._eager_buffer, self._hand_over(), False)
+            return SeedBatch(self.owner, seeds, self._device_index, 0, True)
+        self.fill(self.num_seeds)
+        return SeedBatch(self.owner, seeds, self._device_index, self.num_seeds, None)
 
-    def _draw(
-        self, buffer: SeedBuffer, handover: torch.cuda.Event | None, under_capture: bool
-    ) -> SeedBatch:
+    def fill(self, count: int) -> None:
+        """Draws the buffer's first `count` seeds on the current stream (outside
+        a capture), after the readers of the last draws."""
+        handover = self._hand_over()
         if handover is not None:
             handover.wait()
-        self.draw(buffer.whole)
-        return SeedBatch(self.owner, buffer, self._device_index, under_capture)
+        whole = self._buffer.whole
+        self.draw(whole if count == self.num_seeds else whole[:count])
 
-    def finish(self, batch: SeedBatch) -> None:
-        """Closes a forward; one that left seeds unconsumed is a warning, once
-        (a capture too: a performance option never stops an engine)."""
-        if batch.complete:
-            return
-        if not self._warned_unconsumed:
-            self._warned_unconsumed = True
-            logger.warning(
-                "%s: a %sforward consumed %d of the %d seeds it drew, so its "
-                "later seeds differ from stock's (warned once)",
-                self.owner,
-                "captured " if batch.under_capture else "",
-                batch.consumed,
-                self.num_seeds,
+    def finish(self, batch: SeedBatch, full_cudagraph: bool = False) -> None:
+        """Closes a forward. One whose seeds were drawn before its capture began
+        has the generator put back as far, as stock's capture draws nothing
+        outside the graph. One that left seeds unconsumed is a warning, once,
+        unless it is a FULL graph's replay (`full_cudagraph`, no seed taken),
+        whose graph reads them."""
+        if batch.under_capture and batch.eager_draws:
+            self._rewind(OFFSETS_PER_DRAW * batch.eager_draws)
+        if not batch.complete and not (full_cudagraph and batch.consumed == 0):
+            self._warn_unconsumed(batch)
+
+    def _rewind(self, offsets: int) -> None:
+        """Moves the generator back by `offsets` (outside a capture, where
+        nothing else moves it: a capture's draws reserve offsets in its graph)."""
+        generator = torch.cuda.default_generators[self._device_index]
+        offset = generator.get_offset()
+        if offset < offsets:
+            raise GeneratorRewindError(
+                f"{self.owner}: the CUDA generator's offset is {offset}, below the "
+                f"{offsets} drawn before this capture; something reset the "
+                "generator during the capture: reseed it after capturing, not during"
             )
+        generator.set_offset(offset - offsets)
+
+    def _warn_unconsumed(self, batch: SeedBatch) -> None:
+        if self._warned_unconsumed:
+            return
+        self._warned_unconsumed = True
+        logger.warning(
+            "%s: a %sforward consumed %d of the %d seeds it drew, so its later "
+            "seeds differ from stock's (warned once)",
+            self.owner,
+            "captured " if batch.under_capture else "",
+            batch.consumed,
+            self.num_seeds,
+        )

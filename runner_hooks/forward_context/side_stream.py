@@ -39,13 +39,11 @@ class SyncPlan:
     """How a batch of seeds is published.
 
     event_after: for N seeds, the ascending indices after which an event is
-        recorded; the last is N - 1. side_stream: False draws on the
-        consumers' stream, with no event.
+        recorded; the last is N - 1.
     """
 
     name: str
     event_after: Callable[[int], tuple[int, ...]]
-    side_stream: bool = True
 
     def segments(self, num_seeds: int) -> tuple[tuple[int, int], ...]:
         """The [start, stop) seed ranges that end at an event, in order."""
@@ -84,7 +82,8 @@ class SideStreamSeedBatch(SeedBatch):
         under_capture: bool,
         stream: torch.cuda.Stream,
     ) -> None:
-        super().__init__(owner, buffer, device_index, under_capture)
+        eager_draws = 0 if under_capture else len(buffer.seeds)
+        super().__init__(owner, buffer.seeds, device_index, eager_draws, under_capture)
         self._buffer = buffer
         self.stream = stream
 
@@ -122,7 +121,7 @@ class SideStreamSeedPrefetch(SeedPrefetch):
         self._side_stream = torch.cuda.Stream(device)
         self._fork = torch.cuda.Event()
         super().__init__(owner, num_seeds, device, draw)
-        self._eager_buffer.whole.record_stream(self._side_stream)
+        self._buffer.whole.record_stream(self._side_stream)
 
     def _new_buffer(self) -> SideStreamBuffer:
         whole = torch.empty(self.num_seeds, dtype=torch.int64, device=self.device)
@@ -136,6 +135,14 @@ class SideStreamSeedPrefetch(SeedPrefetch):
             wait_before=tuple(first.get(k) for k in range(self.num_seeds)),
             last_segment_start=self._segments[-1][0],
         )
+
+    def schedule(self) -> SeedBatch:
+        """The batch of a forward beginning now, drawn on the side stream into
+        the eager buffer, or, inside a capture, into a buffer of the graph's pool
+        (no forward runs before a replay to draw for it)."""
+        if _is_capturing():
+            return self._draw(self._new_buffer(), None, True)
+        return self._draw(self._buffer, self._hand_over(), False)
 
     def _draw(
         self,
@@ -158,7 +165,7 @@ class SideStreamSeedPrefetch(SeedPrefetch):
             self.owner, buffer, self._device_index, under_capture, stream
         )
 
-    def finish(self, batch: SeedBatch) -> None:
+    def finish(self, batch: SeedBatch, full_cudagraph: bool = False) -> None:
         assert isinstance(batch, SideStreamSeedBatch)
         if not batch.complete and not batch.joined:
             if not batch.under_capture or _is_capturing():
@@ -169,4 +176,4 @@ class SideStreamSeedPrefetch(SeedPrefetch):
                     f"{batch.consumed} of the {self.num_seeds} seeds it drew, "
                     "before the side stream of their draws was joined"
                 )
-        super().finish(batch)
+        super().finish(batch, full_cudagraph)

@@ -1,5 +1,6 @@
 """What every GPU test runs under, and the fixtures the identity and stream tests share:
-each design, sync plan and drawer, and a runner of them or of stock (`make_runner`)."""
+each design with each of its sync plans, each drawer, and a runner of them or of stock
+(`make_runner`)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,7 @@ from collections.abc import Callable, Iterator
 import pytest
 import torch
 
-from bench.sync import SYNC_PLANS
-
-from .harness import Runner, require_drawer
+from .harness import FORWARD_CONTEXT_PLANS, Runner, require_drawer
 
 
 @pytest.fixture(autouse=True)
@@ -32,13 +31,13 @@ def no_graph_freed_during_a_capture() -> Iterator[None]:
     gc.collect()
 
 
-@pytest.fixture(params=["reset", "forward-context"])
-def design(request: pytest.FixtureRequest) -> str:
-    return request.param
+DESIGNS = (("reset", None), *(("forward-context", plan) for plan in FORWARD_CONTEXT_PLANS))
+"""Each design with each of its sync plans (None: the reset design's own stream)."""
 
 
-@pytest.fixture(params=sorted(SYNC_PLANS))
-def sync_plan(request: pytest.FixtureRequest) -> str:
+@pytest.fixture(params=DESIGNS, ids=lambda d: d[0] if d[1] is None else f"{d[0]}-{d[1]}")
+def design(request: pytest.FixtureRequest) -> tuple[str, str | None]:
+    """A design and its sync plan."""
     return request.param
 
 
@@ -49,11 +48,14 @@ def drawer(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def make_runner(design: str, sync_plan: str, drawer: str) -> Callable[..., Runner]:
-    """`make_runner(None)` is stock, `make_runner("design")` the design, on the same plan
-    and drawer; `batch_size` is the runner's (default 1)."""
+def make_runner(design: tuple[str, str | None], drawer: str) -> Callable[..., Runner]:
+    """`make_runner(None)` is stock, `make_runner("design")` the design, on its plan
+    and the drawer; `batch_size` is the runner's (default 1)."""
+    name, plan = design
 
     def make(which: str | None, batch_size: int = 1) -> Runner:
-        return Runner(design if which else None, sync_plan, drawer, batch_size=batch_size)
+        if not which:
+            return Runner(None, None, drawer, batch_size=batch_size)
+        return Runner(name, plan, drawer, batch_size=batch_size)
 
     return make

@@ -6,23 +6,29 @@ through a prefetcher, and compares what the consumers actually read.  The
 consumer of seed k is a copy into `record[k]` enqueued on the forward's
 stream after the SSU call's other work, just where the SSU kernel would read
 its `rand_seed`.
+
+FULL CUDA graphs are captured and replayed as vLLM's runners do (CAPTURE_STYLES):
+the reset design draws no seed inside any graph, so every replay of a graph it
+captured is preceded by its draw, a forward opened around the replay (V1) or its
+`replay(key)` (V2).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
 import torch
 
+from bench.sync import SYNC_PLANS
 from bench.variants import (
-    BodyFirstForwardHooks,
     ForwardContextPrefetcherByName,
     ResetPrefetcherByName,
 )
-from runner_hooks.hooks import ForwardInfo
+from runner_hooks.hooks import ForwardHooks, ForwardInfo
 
 NUM_LAYERS = 12
 """Mamba-2 layers per forward: enough for a geometric plan of five events."""
@@ -32,6 +38,23 @@ PREFILL = ForwardInfo(runs_ssu=False)
 FULL_GRAPH = ForwardInfo(runs_ssu=True, full_cudagraph=True)
 MICRO_BATCHED = ForwardInfo(runs_ssu=True, micro_batched=True)
 
+FORWARD_CONTEXT_PLANS = tuple(sorted(SYNC_PLANS))
+"""The forward-context design's sync plans (it draws on a side stream). The reset
+design has none: it draws on the forward's stream."""
+
+CAPTURE_STYLES = ("v1", "hook_inside", "v2")
+"""How a FULL graph is captured, and so replayed:
+
+- "v1": V1's CUDAGraphWrapper: the runner's forward (its hooks, full_cudagraph=True)
+  opens before the capture begins; each replay runs inside such a forward, whose
+  hook draws the replay's seeds before the graph.
+- "hook_inside": the forward opens inside the capture; replays as "v1".
+- "v2": V2's capture loop: the forward opens inside the capture, for the reset
+  design `prefetcher.forward(captures=key)`, which records the graph; each replay
+  runs with no forward around it (V2's run_fullgraph), after the reset design's
+  `prefetcher.replay(key)`.
+"""
+
 
 class Forward:
     """Stands in for vLLM's ForwardContext: one object per forward."""
@@ -40,10 +63,21 @@ class Forward:
         self.info = info
 
 
+@dataclass(eq=False)
+class Captured:
+    """A captured FULL graph, how it was captured, and the record its consumers write.
+    Hashed by identity: the reset design's key for the graph (style "v2")."""
+
+    graph: torch.cuda.CUDAGraph
+    style: str
+    record: torch.Tensor
+
+
 class Runner:
-    """Runs forwards of `NUM_LAYERS` SSU calls; `design` None is stock, else "reset",
-    "forward-context", "outside-graph" (bench/outside_graph.py) or "checked-once"
-    (bench/checked_once.py)."""
+    """Runs forwards of `NUM_LAYERS` SSU calls; `design` None is stock, else "reset"
+    (runner_hooks.core behind the runner hooks; it draws on the forward's stream, so
+    takes no `sync_plan`) or "forward-context" (with a side-stream `sync_plan`,
+    default per_seed)."""
 
     def __init__(
         self,
@@ -54,29 +88,17 @@ class Runner:
         batch_size: int = 1,
     ) -> None:
         self.device = torch.device("cuda", torch.cuda.current_device())
+        self.design = design
         self.num_layers = num_layers
-        self.hooks = BodyFirstForwardHooks()
+        self.hooks = ForwardHooks()
         self.current: Forward | None = None
         self.prefetcher: Any
         if design == "reset":
-            self.prefetcher = ResetPrefetcherByName(
-                num_layers,
-                self.device,
-                sync_plan=sync_plan,
-                drawer=drawer,
-            )
-            self.hooks.register(self.prefetcher)
-        elif design in ("outside-graph", "checked-once"):
-            from bench.checked_once import checked_once_prefetcher
-            from bench.drawers import resolve_drawer
-            from bench.outside_graph import outside_graph_prefetcher
-
-            made = resolve_drawer(drawer)
-            assert made is not None, drawer
-            make = (
-                outside_graph_prefetcher if design == "outside-graph" else checked_once_prefetcher
-            )
-            self.prefetcher = make(num_layers, self.device, made.draw)
+            if sync_plan is not None:
+                raise ValueError(
+                    f"the reset design draws on the forward's stream; got sync plan {sync_plan!r}"
+                )
+            self.prefetcher = ResetPrefetcherByName(num_layers, self.device, drawer=drawer)
             self.hooks.register(self.prefetcher)
         elif design == "forward-context":
             self.prefetcher = ForwardContextPrefetcherByName(
@@ -128,6 +150,40 @@ class Runner:
             self.layers(record, calls)
         return record
 
+    def capture(
+        self, record: torch.Tensor, style: str = "v1", calls: int | None = None, **graph_kwargs
+    ) -> Captured:
+        """Captures one forward of `calls` SSU calls as a FULL graph, in `style`
+        (CAPTURE_STYLES); its consumers write `record`."""
+        captured = Captured(torch.cuda.CUDAGraph(), style, record)
+        if style == "v1":
+            with self.forward(FULL_GRAPH), torch.cuda.graph(captured.graph, **graph_kwargs):
+                self.layers(record, calls)
+        else:
+            with torch.cuda.graph(captured.graph, **graph_kwargs), self._captured_forward(captured):
+                self.layers(record, calls)
+        return captured
+
+    def _captured_forward(self, captured: Captured) -> AbstractContextManager[None]:
+        """The forward opened inside a capture ("hook_inside", "v2")."""
+        if captured.style == "v2" and self.design == "reset":
+            # As V2's capture loop calls sr_seed_forward(..., captures=desc).
+            return self.prefetcher.forward(captures=captured)
+        assert captured.style in CAPTURE_STYLES, captured.style
+        return self.forward(FULL_GRAPH)
+
+    def replay(self, captured: Captured) -> torch.Tensor:
+        """Replays a captured graph as its style's runner does, its seeds drawn first
+        (by the reset design); returns what its consumers read."""
+        if captured.style == "v2":
+            if self.design == "reset":
+                self.prefetcher.replay(captured)  # V2's sr_seed_replay(desc)
+            captured.graph.replay()
+        else:
+            with self.forward(FULL_GRAPH):
+                captured.graph.replay()
+        return captured.record.clone()
+
 
 Script = Callable[[Runner], list[torch.Tensor]]
 
@@ -137,8 +193,8 @@ def run_both(
 ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     """Runs `script` through stock and through the design from one generator state.
 
-    Also asserts that both leave the generator in the same state, so later
-    RNG users see what they would see under stock.
+    Also asserts that both leave the generator in the same state (its seed and
+    offset), so later RNG users see what they would see under stock.
     """
     results, states = [], []
     for design in (None, "design"):

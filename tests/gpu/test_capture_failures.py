@@ -1,7 +1,11 @@
 """A captured forward that consumes fewer than N seeds is never silent, and never
 stops an engine where stock would run: a warning says so, unless a side stream of
-its draws was left unjoined, which CUDA itself refuses at the end of the capture.
-A forward that fails for its own reasons fails with its own error.
+its draws (the forward-context design's) was left unjoined, which CUDA itself
+refuses at the end of the capture. The reset design draws on the forward's own
+stream, so its captures end cleanly (tests/gpu/test_prefetch_identity.py). A
+forward that fails for its own reasons fails with its own error, eagerly and
+under a capture begun before or after its forward, and leaves the generator where
+stock's leaves it.
 
 When the capture itself fails (the side stream was left unjoined), CUDA
 reports it at the end of capture; such a failure is run in a subprocess so
@@ -18,9 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.sync import SYNC_PLANS
-
-from .harness import require_drawer
+from .harness import FORWARD_CONTEXT_PLANS, require_drawer
 
 pytestmark = pytest.mark.gpu
 
@@ -32,19 +34,14 @@ SCRIPT = textwrap.dedent(
     import torch
     from tests.gpu.harness import FULL_GRAPH, Runner
 
-    design, sync_plan, hook_inside = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
-    runner = Runner(design, sync_plan)
+    runner = Runner("forward-context", sys.argv[1])
     runner.decode()
     record = runner.new_record()
     graph = torch.cuda.CUDAGraph()
     chain = []
     try:
-        if hook_inside:
-            with torch.cuda.graph(graph), runner.forward(FULL_GRAPH):
-                runner.layers(record, calls=1)
-        else:
-            with runner.forward(FULL_GRAPH), torch.cuda.graph(graph):
-                runner.layers(record, calls=1)
+        with torch.cuda.graph(graph), runner.forward(FULL_GRAPH):
+            runner.layers(record, calls=1)
         # the forward-context design learns of a forward's end only from the next one
         runner.decode()
     except Exception as error:
@@ -69,19 +66,9 @@ def run_script(script: str, *args: str) -> tuple[object, str]:
     return json.loads(result.stdout.strip().splitlines()[-1]), result.stderr
 
 
-def failure_chain(design: str, sync_plan: str, hook_inside: bool) -> list[list[str]]:
-    """The exception chain the script ended with, outermost first ([] if none)."""
-    chain, _ = run_script(SCRIPT, design, sync_plan, "1" if hook_inside else "0")
-    return chain  # type: ignore[return-value]
-
-
-@pytest.mark.parametrize("sync_plan", sorted(SYNC_PLANS))
+@pytest.mark.parametrize("sync_plan", FORWARD_CONTEXT_PLANS)
 def test_forward_context_capture_that_leaves_seeds_warns_or_fails_in_cuda(sync_plan: str) -> None:
-    chain, stderr = run_script(SCRIPT, "forward-context", sync_plan, "1")
-    if not SYNC_PLANS[sync_plan].side_stream:
-        assert chain == [], chain
-        assert "captured forward consumed 1 of the 12" in stderr, stderr
-        return
+    chain, stderr = run_script(SCRIPT, sync_plan)
     if not chain:  # the one event its seed waited on covered every draw: joined
         assert "captured forward consumed 1 of the 12" in stderr, stderr
         return
@@ -90,31 +77,32 @@ def test_forward_context_capture_that_leaves_seeds_warns_or_fails_in_cuda(sync_p
     assert "UnjoinedCaptureError" in names or "capture" in messages.lower(), chain
 
 
-def test_reset_capture_inside_the_hook_names_the_prefetcher() -> None:
-    """Hook outside the capture (V1): CUDA fails the capture, and that error
-    propagates as itself (the forward's body failed); the log says why."""
-    chain, stderr = run_script(SCRIPT, "reset", "per_seed", "0")
-    assert chain and chain[0][0] != "UnjoinedCaptureError", chain
-    assert "capture" in " ".join(message for _, message in chain).lower(), chain
-    assert "UnjoinedCaptureError" in stderr and "consumed 1 of the 12" in stderr, stderr
-
-
 BODY_FAILS = textwrap.dedent(
     """
     import json, sys
     import torch
+    from runner_hooks.core.prefetch import SeedPrefetch
     from tests.gpu.harness import DECODE, FULL_GRAPH, Runner
 
     class ModelFailed(Exception):
         pass
 
-    sync_plan, drawer, captured = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
-    runner = Runner("reset", sync_plan, drawer)
+    drawer, mode, rewind = sys.argv[1], sys.argv[2], sys.argv[3] == "rewind"
+    if not rewind:  # the control's bug
+        SeedPrefetch._rewind = lambda self, offsets: None
+    runner = Runner("reset", drawer=drawer)
     runner.decode()
     record = runner.new_record()
+    torch.cuda.synchronize()
+    before = torch.cuda.get_rng_state()
     raised = None
     try:
-        if captured:  # the hook inside the capture, as V2 captures
+        if mode == "v1":  # the forward begun before the capture, as V1 captures
+            graph = torch.cuda.CUDAGraph()
+            with runner.forward(FULL_GRAPH), torch.cuda.graph(graph):
+                runner.layers(record, calls=3)
+                raise ModelFailed("out of memory in layer 4")
+        elif mode == "v2":  # the forward begun inside the capture, as V2 captures
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph), runner.forward(FULL_GRAPH):
                 runner.layers(record, calls=3)
@@ -125,7 +113,9 @@ BODY_FAILS = textwrap.dedent(
                 raise ModelFailed("out of memory in layer 4")
     except Exception as error:
         raised = [type(error).__name__, str(error), repr(error.__context__)]
-    # The next forward works: its seeds are what stock draws from here.
+    # A failed capture leaves the generator where it was, as stock's (whose draws
+    # were the graph's); the next forward works: its seeds are what stock draws
+    # from here.
     torch.cuda.synchronize()
     state = torch.cuda.get_rng_state()
     ours = runner.decode().cpu().tolist()
@@ -136,6 +126,7 @@ BODY_FAILS = textwrap.dedent(
     torch.cuda.synchronize()
     print(json.dumps({
         "raised": raised,
+        "unmoved": bool(torch.equal(before, state)),
         "next_equal": ours == stock,
         "same_state_after": bool(torch.equal(after_ours, torch.cuda.get_rng_state())),
     }))
@@ -143,18 +134,29 @@ BODY_FAILS = textwrap.dedent(
 )
 
 
-@pytest.mark.parametrize("captured", [False, True], ids=["eager", "captured"])
-@pytest.mark.parametrize("drawer", ["randint", "kernel"])
-@pytest.mark.parametrize("sync_plan", sorted(SYNC_PLANS))
-def test_an_error_in_the_forward_propagates_as_itself(
-    sync_plan: str, drawer: str, captured: bool
-) -> None:
+def body_fails(drawer: str, mode: str, rewind: bool = True) -> dict[str, object]:
+    """What BODY_FAILS printed, for the reset design with `drawer`, in `mode`."""
     if drawer == "kernel":
         require_drawer("kernel")
-    result, stderr = run_script(BODY_FAILS, sync_plan, drawer, "1" if captured else "0")
-    assert result["raised"] == [  # type: ignore[index]
-        "ModelFailed",
-        "out of memory in layer 4",
-        "None",
-    ], (result, stderr)
-    assert result["next_equal"] and result["same_state_after"], (result, stderr)  # type: ignore[index]
+    result, stderr = run_script(BODY_FAILS, drawer, mode, "rewind" if rewind else "norewind")
+    assert isinstance(result, dict), (result, stderr)
+    result["stderr"] = stderr
+    return result
+
+
+@pytest.mark.parametrize("mode", ["eager", "v1", "v2"])
+@pytest.mark.parametrize("drawer", ["randint", "kernel"])
+def test_an_error_in_the_forward_propagates_as_itself(drawer: str, mode: str) -> None:
+    result = body_fails(drawer, mode)
+    assert result["raised"] == ["ModelFailed", "out of memory in layer 4", "None"], result
+    assert result["next_equal"] and result["same_state_after"], result
+    if mode != "eager":
+        assert result["unmoved"], result
+
+
+def test_the_failed_capture_test_fails_without_the_rewind() -> None:
+    """The control: a V1 capture that raised leaves the generator 4N offsets on
+    without the rewind as its forward ends."""
+    result = body_fails("randint", "v1", rewind=False)
+    assert result["raised"] == ["ModelFailed", "out of memory in layer 4", "None"], result
+    assert not result["unmoved"], result

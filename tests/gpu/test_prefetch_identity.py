@@ -1,21 +1,27 @@
-"""Both designs give stock's seeds, value by value, in every mode a model runner uses.
+"""Both designs give stock's seeds, value by value and in the generator's state, in
+every mode a model runner uses: eager forwards, and FULL graphs captured as V1 and V2
+capture them and replayed; and the reset design's checks at a forward's first and last
+seed refuse what they must.
 
-Each test runs one script through stock and through a design (tests/gpu/harness.py)
-from the same generator state and compares what the consumers read.
+Each identity test runs one script through stock and through a design
+(tests/gpu/harness.py) from the same generator state and compares what the consumers
+read, and where the generator ends.
 """
 
 from __future__ import annotations
 
 import logging
+from functools import partial
 
 import pytest
 import torch
 
 from runner_hooks import WrongStreamError
+from runner_hooks.core import prefetch as prefetch_module
 
 from .harness import (
+    CAPTURE_STYLES,
     DECODE,
-    FULL_GRAPH,
     MICRO_BATCHED,
     NUM_LAYERS,
     PREFILL,
@@ -25,6 +31,8 @@ from .harness import (
 )
 
 pytestmark = pytest.mark.gpu
+
+capture_styles = pytest.mark.parametrize("style", CAPTURE_STYLES)
 
 
 def test_eager_forwards(make_runner) -> None:
@@ -79,40 +87,37 @@ def test_micro_batched_forwards_fall_back_to_stock(make_runner) -> None:
     assert_same_seeds(*run_both(script, make_runner))
 
 
-def capture(runner: Runner, record: torch.Tensor, hook_inside: bool, **graph_kwargs):
-    """Captures one forward as a FULL graph, the hook outside (V1) or inside (V2) the capture."""
-    graph = torch.cuda.CUDAGraph()
-    if hook_inside:
-        with torch.cuda.graph(graph, **graph_kwargs), runner.forward(FULL_GRAPH):
-            runner.layers(record)
-    else:
-        with runner.forward(FULL_GRAPH), torch.cuda.graph(graph, **graph_kwargs):
-            runner.layers(record)
-    return graph
+def captured_then_replayed(style: str, calls: int | None = None):
+    """A warm-up, a capture in `style`, three replays and an eager forward."""
 
-
-def replay(runner: Runner, graph: torch.cuda.CUDAGraph, record: torch.Tensor) -> torch.Tensor:
-    with runner.forward(FULL_GRAPH):
-        graph.replay()
-    return record.clone()
-
-
-@pytest.mark.parametrize("hook_inside", [False, True], ids=["hook_outside", "hook_inside"])
-def test_graph_capture_and_replays(make_runner, hook_inside: bool) -> None:
     def script(runner: Runner) -> list[torch.Tensor]:
         records = [runner.decode()]  # warm-up, as vLLM does before capture
-        record = runner.new_record()
-        graph = capture(runner, record, hook_inside)
-        records += [replay(runner, graph, record) for _ in range(3)]
+        captured = runner.capture(runner.new_record(calls), style, calls)
+        records += [runner.replay(captured) for _ in range(3)]
         return [*records, runner.decode()]
 
-    stock, ours = run_both(script, make_runner)
+    return script
+
+
+@capture_styles
+def test_graph_capture_and_replays(make_runner, style: str) -> None:
+    stock, ours = run_both(captured_then_replayed(style), make_runner)
     assert_same_seeds(stock, ours)
     replays = [tuple(record.tolist()) for record in ours[1:4]]
     assert len(set(replays)) == 3, "each replay draws fresh seeds"
 
 
-def test_eager_forwards_and_graphs_of_several_batch_sizes_sharing_a_pool(make_runner) -> None:
+@capture_styles
+def test_graph_calls_beyond_n_draw_inline_in_the_graph(make_runner, style: str) -> None:
+    """The calls past N draw inside the graph, as stock's: each replay's in-graph draws
+    read the offset its seeds' draws left."""
+    assert_same_seeds(*run_both(captured_then_replayed(style, NUM_LAYERS + 3), make_runner))
+
+
+@capture_styles
+def test_eager_forwards_and_graphs_of_several_batch_sizes_sharing_a_pool(
+    make_runner, style: str
+) -> None:
     def script(runner: Runner) -> list[torch.Tensor]:
         pool = torch.cuda.graph_pool_handle()
         graphs = {}
@@ -120,8 +125,10 @@ def test_eager_forwards_and_graphs_of_several_batch_sizes_sharing_a_pool(make_ru
             # Each graph keeps its own static input, as vLLM's padded batches do.
             activations = torch.ones(batch_size, 1 << 14, device=runner.device)
             runner.activations = activations
-            record = runner.new_record()
-            graphs[batch_size] = (capture(runner, record, False, pool=pool), record, activations)
+            graphs[batch_size] = (
+                runner.capture(runner.new_record(), style, pool=pool),
+                activations,
+            )
         runner.activations = torch.ones(3, 1 << 14, device=runner.device)
         records = []
         for step in (None, 1, None, 4, 2, 1, "prefill", 2, None, 4):
@@ -131,8 +138,7 @@ def test_eager_forwards_and_graphs_of_several_batch_sizes_sharing_a_pool(make_ru
                 with runner.forward(PREFILL):
                     pass
             else:
-                graph, record, _ = graphs[step]
-                records.append(replay(runner, graph, record))
+                records.append(runner.replay(graphs[step][0]))
         return records
 
     assert_same_seeds(*run_both(script, make_runner))
@@ -155,9 +161,9 @@ def test_slow_consumers_read_their_own_seeds_while_later_draws_are_scheduled(
 
 @pytest.mark.parametrize("consumed", [0, 1, NUM_LAYERS - 1])
 def test_reset_eager_forward_that_leaves_seeds_warns_once(
-    sync_plan: str, drawer: str, consumed: int, caplog: pytest.LogCaptureFixture
+    drawer: str, consumed: int, caplog: pytest.LogCaptureFixture
 ) -> None:
-    runner = Runner("reset", sync_plan, drawer)
+    runner = Runner("reset", drawer=drawer)
     with caplog.at_level(logging.WARNING, logger="runner_hooks"):
         for _ in range(2):
             runner.decode(consumed)
@@ -166,50 +172,116 @@ def test_reset_eager_forward_that_leaves_seeds_warns_once(
     assert f"consumed {consumed} of the {NUM_LAYERS} seeds" in warnings[0]
 
 
+@capture_styles
 def test_reset_capture_that_leaves_seeds_warns_and_captures(
-    sync_plan: str, drawer: str, caplog: pytest.LogCaptureFixture
+    drawer: str, style: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A performance option never stops an engine: the capture ends cleanly."""
-    runner = Runner("reset", sync_plan, drawer)
+    runner = Runner("reset", drawer=drawer)
     runner.decode()
-    record = runner.new_record()
-    graph = torch.cuda.CUDAGraph()
-    with (
-        caplog.at_level(logging.WARNING, logger="runner_hooks"),
-        torch.cuda.graph(graph),
-        runner.forward(FULL_GRAPH),
-    ):
-        runner.layers(record, calls=1)
-    graph.replay()
+    with caplog.at_level(logging.WARNING, logger="runner_hooks"):
+        captured = runner.capture(runner.new_record(1), style, calls=1)
+    runner.replay(captured)
     torch.cuda.synchronize()  # the capture ended cleanly: the device is fine
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert any("captured forward consumed 1 of the" in w for w in warnings), warnings
 
 
-def test_reset_seeds_drawn_eagerly_are_not_handed_to_a_capture(
-    sync_plan: str, drawer: str, caplog: pytest.LogCaptureFixture
-) -> None:
-    runner = Runner("reset", sync_plan, drawer)
-    runner.decode()
+# The checks at a forward's first and last seed (runner_hooks/core/prefetch.py's
+# SeedBatch): each guarantee below raises AssertionError where it is broken, and
+# test_each_guarantees_test_fails_with_the_checks_at_the_first_seed_only shows
+# that those about a forward's later seeds are kept by the check at its last.
+
+
+def refuses_a_later_capture_the_last_seed(runner: Runner) -> None:
+    """Seeds drawn for an eager forward are not read inside a capture it enters
+    after its first seed: the capture draws inline instead, as stock's."""
     graph = torch.cuda.CUDAGraph()
-    with runner.forward(DECODE):  # drawn eagerly as the forward began
+    record = runner.new_record()
+    with runner.forward(DECODE):
+        runner.layers(record, NUM_LAYERS - 1)
         with torch.cuda.graph(graph):
-            seed = runner.prefetcher.next_seed()  # type: ignore[union-attr]
-            inline = torch.randint(0, 2**32, (1,), device=runner.device)
-        assert seed is None, "a graph must not read seeds drawn outside it"
+            last = runner.prefetcher.next_seed()
+            record[-1:].copy_(
+                torch.randint(0, 2**32, (1,), device=runner.device) if last is None else last
+            )
     graph.replay()
-    assert inline.tolist()
-    assert any("consumed 0 of the" in r.getMessage() for r in caplog.records)
+    torch.cuda.synchronize()
+    assert last is None, "a capture begun after the forward's first seed read its last seed"
 
 
-def test_a_seed_taken_on_another_stream_is_refused(sync_plan: str, drawer: str) -> None:
-    runner = Runner("reset", sync_plan, drawer)
-    with (
-        runner.forward(DECODE),
-        torch.cuda.stream(torch.cuda.Stream()),
-        pytest.raises(WrongStreamError, match="must run on the stream"),
-    ):
-        runner.prefetcher.next_seed()  # type: ignore[union-attr]
+def refuses_the_last_seed_after_the_capture(runner: Runner) -> None:
+    """A forward whose first seed a capture took is not handed its last seed
+    outside that capture: the eager consumer draws inline instead."""
+    graph = torch.cuda.CUDAGraph()
+    record = runner.new_record()
+    with runner.forward(DECODE):
+        with torch.cuda.graph(graph):
+            runner.layers(record, NUM_LAYERS - 1)
+        last = runner.prefetcher.next_seed()
+    graph.replay()
+    torch.cuda.synchronize()
+    assert last is None, "an eager consumer read the last seed of a captured forward"
+
+
+def refuses_a_forward_moved_to_another_stream(moved_after: int, runner: Runner) -> None:
+    """A forward whose SSU calls move to another stream than its draws', at its first
+    seed or after it, is caught: those seeds are not ordered after their draws."""
+    with runner.forward(DECODE):
+        for _ in range(moved_after):
+            assert runner.prefetcher.next_seed() is not None
+        with torch.cuda.stream(torch.cuda.Stream()):
+            try:
+                for _ in range(runner.num_layers - moved_after):
+                    runner.prefetcher.next_seed()
+            except WrongStreamError as error:
+                assert "must run on the stream" in str(error), error
+                return
+    raise AssertionError(f"no WrongStreamError for a forward moved after {moved_after} seeds")
+
+
+GUARANTEES = {
+    "last_seed_refused_to_a_later_capture": refuses_a_later_capture_the_last_seed,
+    "last_seed_refused_after_the_capture": refuses_the_last_seed_after_the_capture,
+    "wrong_stream_at_the_first_seed": partial(refuses_a_forward_moved_to_another_stream, 0),
+    "wrong_stream_after_the_first_seed": partial(refuses_a_forward_moved_to_another_stream, 1),
+}
+KEPT_BY_THE_LAST_SEED = (
+    "last_seed_refused_to_a_later_capture",
+    "last_seed_refused_after_the_capture",
+    "wrong_stream_after_the_first_seed",
+)
+
+
+@pytest.mark.parametrize("guarantee", sorted(GUARANTEES))
+def test_each_guarantee_holds(drawer: str, guarantee: str) -> None:
+    runner = Runner("reset", drawer=drawer)
+    runner.decode()
+    GUARANTEES[guarantee](runner)
+
+
+def take_checked_at_the_first_seed_only(self: prefetch_module.SeedBatch) -> torch.Tensor | None:
+    """SeedBatch.take without the check at the last seed: the control's bug."""
+    k = self.consumed
+    if k > self._last:
+        return None
+    if k == 0 and not self._checked(k):
+        return None
+    self.consumed = k + 1
+    return self._seeds[k]
+
+
+@pytest.mark.parametrize("guarantee", KEPT_BY_THE_LAST_SEED)
+def test_each_guarantees_test_fails_with_the_checks_at_the_first_seed_only(
+    guarantee: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The control: without the check at the last seed, each test above of a forward
+    that changed capture state or stream after its first seed fails."""
+    monkeypatch.setattr(prefetch_module.SeedBatch, "take", take_checked_at_the_first_seed_only)
+    runner = Runner("reset", drawer="randint")
+    runner.decode()
+    with pytest.raises(AssertionError):
+        GUARANTEES[guarantee](runner)
 
 
 class StreamThatSkipsWaits(torch.cuda.Stream):
@@ -220,10 +292,11 @@ class StreamThatSkipsWaits(torch.cuda.Stream):
 
 
 def test_the_stress_test_catches_draws_that_skip_the_fork() -> None:
-    """Proves the slow-consumer test can fail: without the fork, draws overrun readers."""
+    """Proves the slow-consumer test can fail: without the fork, the side stream's
+    draws (the forward-context design's) overrun readers."""
 
     def make(which: str | None) -> Runner:
-        runner = Runner("reset" if which else None, "single", "randint")
+        runner = Runner("forward-context" if which else None, "single", "randint")
         if which:
             runner.prefetcher.prefetch._side_stream = StreamThatSkipsWaits()  # type: ignore[union-attr]
         return runner
@@ -261,28 +334,10 @@ def test_the_stream_test_catches_draws_without_the_handover() -> None:
             super().record(torch.cuda.Stream())  # recorded on an idle stream: no order
 
     def make(which: str | None) -> Runner:
-        runner = Runner("reset" if which else None, "current_stream", "randint")
+        runner = Runner("reset" if which else None, drawer="randint")
         if which:
             runner.prefetcher.prefetch._handover = NoHandover()  # type: ignore[union-attr]
         return runner
 
     with pytest.raises(AssertionError, match="record"):
         assert_same_seeds(*run_both(alternating_streams, make))
-
-
-SCRIPTS = (
-    test_eager_forwards,
-    test_calls_beyond_n_draw_inline_after_the_prefetched_seeds,
-    test_calls_outside_any_forward,
-    test_prefill_only_forwards_interleaved_with_decodes,
-    test_micro_batched_forwards_fall_back_to_stock,
-    test_eager_forwards_and_graphs_of_several_batch_sizes_sharing_a_pool,
-    test_slow_consumers_read_their_own_seeds_while_later_draws_are_scheduled,
-    test_consecutive_forwards_on_alternating_streams,
-)
-"""The scripts above that take any prefetcher's make_runner: bench's prefetchers
-(tests/gpu/test_outside_graph.py, test_checked_once.py) run them as they are."""
-
-
-def script_name(script) -> str:
-    return script.__name__.removeprefix("test_")

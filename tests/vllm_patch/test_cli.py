@@ -599,12 +599,13 @@ def test_versions_with_files_locates_every_call_site(
         Site.V1_EXECUTE_MODEL: v1_runner.PATH,
         Site.V1_DUMMY_RUN: v1_runner.PATH,
         Site.V2_EXECUTE_MODEL: v2_runner.PATH,
+        Site.V2_REPLAY: v2_runner.PATH,
         Site.V2_CAPTURE: v2_cudagraph.PATH,
     }
     assert set(hooked_in) == set(Site)
     for site, path in hooked_in.items():
         line = next(line for line in out.splitlines() if line.startswith(f"  {site}  "))
-        assert f"{Path(path).name} line " in line, line
+        assert re.search(rf"{re.escape(Path(path).name)} (before |after )?line \d+", line), line
 
 
 # --- a tree outside git -----------------------------------------------------------------------

@@ -5,11 +5,13 @@
 def _attach_sr_seed_prefetcher(
     mamba_config: MambaConfig, kv_cache_config: KVCacheConfig, replayssm: bool
 ) -> None:
-    """Attaches a seed prefetcher where it applies, replacing the previous
-    one: this runs for each KV cache config (profiling, then the real one)."""
+    """Attaches a seed prefetcher where it applies. This runs for each KV cache
+    config (profiling, then the real one); one already attached for as many
+    layers stays, with the buffer its captured graphs read."""
     global _sr_seed_prefetcher, _mamba2_probe_layer
     layers = _mamba_layer_names(kv_cache_config, MAMBA2_TYPE)
     _mamba2_probe_layer = layers[0] if layers else None
+    attached = _sr_seed_prefetcher
     _sr_seed_prefetcher = None
     if not envs.VLLM_MAMBA_SR_SEED_PREFETCH:
         return
@@ -21,6 +23,9 @@ def _attach_sr_seed_prefetcher(
             blocker = "this build of vLLM lacks the _mamba_sr_C extension"
     if blocker is not None:
         logger.info_once("VLLM_MAMBA_SR_SEED_PREFETCH is set but unused: %s.", blocker)
+        return
+    if attached is not None and attached.prefetch.num_seeds == len(layers):
+        _sr_seed_prefetcher = attached
         return
     from vllm import _custom_ops as ops
 
@@ -44,18 +49,27 @@ def sr_seed_forward(
     *,
     micro_batched: bool = False,
     full_cudagraph: bool = False,
+    captures: object = None,
 ) -> AbstractContextManager[None]:
     """What a model runner wraps each model forward in: where a seed prefetcher
-    is attached and the forward runs the SSU, not micro-batched, its SSU calls
-    take seeds drawn for it; else nothing. `full_cudagraph`: the forward is a
-    FULL CUDA graph's capture or replay (its seeds are drawn inside the graph)."""
+    is attached and the forward runs the SSU, not micro-batched, its seeds are
+    drawn as it begins and its SSU calls take them; else nothing.
+    `full_cudagraph`: the forward captures or replays a FULL CUDA graph;
+    `captures`: the key of the FULL graph it captures, for sr_seed_replay."""
     if (
         _sr_seed_prefetcher is None
         or micro_batched
         or not _batch_runs_mamba_ssu(attn_metadata)
     ):
         return _NO_SR_SEED_FORWARD
-    return _sr_seed_prefetcher.forward(full_cudagraph)
+    return _sr_seed_prefetcher.forward(full_cudagraph, captures)
+
+
+def sr_seed_replay(graph: object) -> None:
+    """What a model runner calls before replaying the FULL CUDA graph it captured
+    as `graph` with no forward around it: draws the seeds the graph reads."""
+    if _sr_seed_prefetcher is not None:
+        _sr_seed_prefetcher.replay(graph)
 
 
 def _batch_runs_mamba_ssu(attn_metadata: dict[str, Any] | list[Any] | None) -> bool:

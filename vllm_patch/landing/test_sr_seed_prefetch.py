@@ -28,6 +28,7 @@ NUM_LAYERS = 8
 SEED = 1234
 
 OpenForward = Callable[..., AbstractContextManager[None]]
+Replay = Callable[[torch.cuda.CUDAGraph, object], None]
 
 pytestmark = [
     pytest.mark.skipif(
@@ -92,10 +93,31 @@ def open_forward() -> OpenForward:
     attention metadata with decode tokens in the Mamba-2 layers."""
     decode = {f"model.layers.{i}.mixer": _Decodes() for i in range(NUM_LAYERS)}
 
-    def forward(full_cudagraph: bool = False) -> AbstractContextManager[None]:
-        return ssu_dispatch.sr_seed_forward(decode, full_cudagraph=full_cudagraph)
+    def forward(
+        full_cudagraph: bool = False, captures: object = None
+    ) -> AbstractContextManager[None]:
+        return ssu_dispatch.sr_seed_forward(
+            decode, full_cudagraph=full_cudagraph, captures=captures
+        )
 
     return forward
+
+
+@pytest.fixture
+def replay(open_forward: OpenForward) -> Replay:
+    """Replays a captured FULL graph as the runners do: V1 inside its forward
+    (key None), V2 after sr_seed_replay(key); either draws the graph's seeds
+    before it runs."""
+
+    def run(graph: torch.cuda.CUDAGraph, key: object) -> None:
+        if key is None:
+            with open_forward(full_cudagraph=True):
+                graph.replay()
+        else:
+            ssu_dispatch.sr_seed_replay(key)
+            graph.replay()
+
+    return run
 
 
 class SeedRecorder:
@@ -188,10 +210,15 @@ def test_eager_forwards_match_stock(
         assert not recorder.prefetched(NUM_LAYERS, extra_calls)
 
 
+@pytest.mark.parametrize("runner", ["v1", "v2"])
 def test_cuda_graph_capture_and_three_replays(
     ssu: SSUCalls,
     open_forward: OpenForward,
+    replay: Replay,
+    runner: str,
 ) -> None:
+    """V1 captures inside the runner's forward, V2 opens the forward inside the
+    capture; both replay with no Python forward of the model."""
     recorder, run_layers = ssu
     torch.manual_seed(SEED)
     stock_graph = torch.cuda.CUDAGraph()
@@ -206,16 +233,21 @@ def test_cuda_graph_capture_and_three_replays(
 
     torch.manual_seed(SEED)
     graph = torch.cuda.CUDAGraph()
-    with open_forward(full_cudagraph=True), torch.cuda.graph(graph):
-        run_layers(NUM_LAYERS)
+    key = None if runner == "v1" else ("FULL", NUM_LAYERS)
+    if key is None:
+        with open_forward(full_cudagraph=True), torch.cuda.graph(graph):
+            run_layers(NUM_LAYERS)
+    else:
+        with torch.cuda.graph(graph), open_forward(captures=key):
+            run_layers(NUM_LAYERS)
     replays = []
     for _ in range(3):
-        graph.replay()
+        replay(graph, key)
         replays.append(recorder.values())
 
     assert replays == stock_replays
     assert recorder.prefetched(0, NUM_LAYERS)
-    # Each replay draws fresh seeds, as stock's captured randint does.
+    # Each replay reads fresh seeds, as stock's captured randint draws them.
     assert replays[0] != replays[1] != replays[2]
 
 

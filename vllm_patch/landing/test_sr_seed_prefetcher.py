@@ -4,7 +4,7 @@
 # SPDX-License-Identifier: Apache-2.0
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM project
 """SRSeedPrefetcher without CUDA: when a forward's seeds are drawn, which call
-takes which seed, and when a forward is closed."""
+takes which seed, when a forward is closed, and what a FULL graph's replay draws."""
 
 from typing import cast
 
@@ -25,6 +25,7 @@ class FakeBatch:
     def __init__(self, forward: int) -> None:
         self.seeds = [torch.tensor([100 * forward + k]) for k in range(NUM_SEEDS)]
         self.consumed = 0
+        self.under_capture: bool | None = None
 
     def take(self) -> torch.Tensor | None:
         if self.consumed == NUM_SEEDS:
@@ -38,14 +39,18 @@ class FakePrefetch:
 
     def __init__(self) -> None:
         self.scheduled: list[FakeBatch] = []
-        self.finished: list[FakeBatch] = []
+        self.finished: list[tuple[FakeBatch, bool]] = []
+        self.filled: list[int] = []
 
     def schedule(self) -> FakeBatch:
         self.scheduled.append(FakeBatch(len(self.scheduled)))
         return self.scheduled[-1]
 
-    def finish(self, batch: FakeBatch) -> None:
-        self.finished.append(batch)
+    def fill(self, count: int) -> None:
+        self.filled.append(count)
+
+    def finish(self, batch: FakeBatch, full_cudagraph: bool = False) -> None:
+        self.finished.append((batch, full_cudagraph))
 
 
 @pytest.fixture
@@ -80,28 +85,41 @@ def test_a_forward_draws_as_it_begins_and_hands_out_seed_k(
             assert _values(prefetcher, NUM_SEEDS + 1) == [
                 100 * forward + k for k in range(NUM_SEEDS)
             ] + [None]
-        assert prefetch.finished == prefetch.scheduled
+        assert [batch for batch, _ in prefetch.finished] == prefetch.scheduled
     assert _values(prefetcher, 1) == [None]
 
 
-def test_a_full_cudagraph_forward_draws_at_its_first_call(
+def test_a_full_cudagraph_forward_draws_as_it_begins(
     prefetch: FakePrefetch, prefetcher: SRSeedPrefetcher
 ) -> None:
+    """Before V1's capture and replay alike: the graph itself draws nothing."""
     with prefetcher.forward(full_cudagraph=True):
-        assert prefetch.scheduled == []
-        assert _values(prefetcher, 2) == [0, 1]
-    assert prefetch.finished == prefetch.scheduled
-    # One that calls no SSU draws nothing.
-    with prefetcher.forward(full_cudagraph=True):
-        pass
-    assert len(prefetch.scheduled) == 1
+        assert len(prefetch.scheduled) == 1
+    assert prefetch.finished == [(prefetch.scheduled[0], True)]
 
 
-def test_a_forward_that_raises_is_dropped_unfinished(
+def test_a_replay_draws_what_its_graph_captured(
     prefetch: FakePrefetch, prefetcher: SRSeedPrefetcher
 ) -> None:
-    with pytest.raises(KeyError), prefetcher.forward():
+    """V2: a forward begun inside the capture of graph "a" records what it
+    took; a replay of "a" draws as many, one of any other graph none."""
+    with prefetcher.forward(captures="a"):
+        prefetch.scheduled[-1].under_capture = True
+        _values(prefetcher, 2)
+    with prefetcher.forward(captures="b"):  # a warm-up: not inside a capture
+        prefetch.scheduled[-1].under_capture = False
+        _values(prefetcher, NUM_SEEDS)
+    for graph in ("a", "b", "c"):
+        prefetcher.replay(graph)
+    assert prefetch.filled == [2]
+
+
+def test_a_forward_that_raises_is_finished(
+    prefetch: FakePrefetch, prefetcher: SRSeedPrefetcher
+) -> None:
+    """So a capture that fails is rewound as one that ends."""
+    with pytest.raises(KeyError), prefetcher.forward(full_cudagraph=True):
         _values(prefetcher, 1)
         raise KeyError("from the model")
-    assert prefetch.finished == []
+    assert prefetch.finished == [(prefetch.scheduled[0], True)]
     assert _values(prefetcher, 1) == [None]

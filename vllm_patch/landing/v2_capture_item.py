@@ -1,11 +1,9 @@
 # Lands beside set_forward_context in ModelCudaGraphManager.capture's forward_fn (the
-# reset design): the warm-up, PIECEWISE and FULL capture forwards. The base capture
-# loop runs a FULL capture with cg_mode NONE, as it runs the warm-up, so the FULL
-# capture is told by the descriptor and the warm-up flag of create_forward_fn.
+# reset design): the warm-up, PIECEWISE and FULL capture forwards. Only the FULL
+# capture runs inside torch.cuda.graph, so only its forward is recorded as capturing
+# `desc`, whose replays sr_seed_replay(desc) draws for.
 
 sr_seed_forward(
     ATTN_METADATA,
-    full_cudagraph=(
-        desc.cg_mode == CUDAGraphMode.FULL and not warmup
-    ),
+    captures=desc,
 )

@@ -23,21 +23,23 @@ from .ssu_dispatch import PATH as SSU_DISPATCH_PATH
 SSU_DISPATCH_MODULE = SSU_DISPATCH_PATH.removesuffix(".py").replace("/", ".")
 FORWARD = "sr_seed_forward"
 """What the runners wrap each model forward in (ssu_dispatch.py)."""
+REPLAY = "sr_seed_replay"
+"""What the V2 runner calls before a FULL graph's replay (ssu_dispatch.py)."""
 
 
-def forward_import(*, runner: bool) -> Operation:
-    """sr_seed_forward added to a runner's ssu_dispatch import; the V2 graph manager,
-    which has none, gets one after vllm.logger's."""
+def forward_import(*, runner: bool, names: tuple[str, ...] = (FORWARD,)) -> Operation:
+    """`names` added to a runner's ssu_dispatch import; the V2 graph manager, which
+    has none, gets one of sr_seed_forward after vllm.logger's."""
     if runner:
         return AddImportedNames(
-            why=f"import {FORWARD}",
+            why=f"import {', '.join(names)}",
             at=Find(
                 "",
                 f"`from {SSU_DISPATCH_MODULE} import ...`",
                 imports_from(SSU_DISPATCH_MODULE),
                 direct=True,
             ),
-            names=(FORWARD,),
+            names=names,
         )
     return InsertStatements(
         why=f"import {FORWARD}",

@@ -45,7 +45,7 @@ mkdir -p "$out/engine"
 site=${SR_ENGINE_SITE:-/tmp/site}
 dist=$(cd "$site" 2>/dev/null && ls -d vllm-*.dist-info 2>/dev/null)
 [ -n "$dist" ] || { echo "no vLLM installed in $site (SR_ENGINE_SITE): stage one first"; exit 1; }
-stamp=$( (find vllm_patch runner_hooks bench/engine bench/variants.py bench/drawers.py bench/sync.py bench/outside_graph.py bench/checked_once.py -type f ! -path '*__pycache__*' | sort \
+stamp=$( (find vllm_patch runner_hooks bench/engine bench/variants.py bench/drawers.py bench/sync.py -type f ! -path '*__pycache__*' | sort \
   | xargs cat; echo "$dist") | sha256sum | cut -c1-12)
 export OUT=$out TORCH_EXTENSIONS_DIR=/tmp/torch_ext
 tp=${SR_ENGINE_TP:-1}

@@ -35,7 +35,7 @@ from bench.engine import model
 from bench.engine.arms import (
     ARMS,
     CONTROLS,
-    OPT_IN_ARMS,
+    RETIRED_ARMS,
     SERVINGS,
     STOCK,
     STOCK_AGAIN,
@@ -68,7 +68,8 @@ from bench.engine.worker import SHARED_PREFIX_REQUESTS
 SAVED = os.environ.get(RECORDS_ENV)
 pytestmark = [] if SAVED else [pytest.mark.gpu]
 
-PATCHED = [arm.name for arm in (*ARMS, *OPT_IN_ARMS) if arm not in (STOCK, STOCK_AGAIN)]
+PATCHED = [arm.name for arm in ARMS if arm not in (STOCK, STOCK_AGAIN)]
+PATCHED += list(RETIRED_ARMS)
 # (mode, serving) of every cell; PLAIN's ids are the mode alone, as before the servings.
 CELLS = [(mode, serving) for serving in SERVINGS for mode in MODES]
 
@@ -195,16 +196,16 @@ def test_engagement_line(identity, runner: Runner) -> None:
     """The engine log names the backend and N (the forward-context design its name
     too); off, it says nothing."""
     lines = {
-        arm.name: identity["engagement"][f"{arm.name}/{runner.value}"]
-        for arm in (*ARMS, *OPT_IN_ARMS)
-        if f"{arm.name}/{runner.value}" in identity["engagement"]  # a run of some arms
+        name: identity["engagement"][f"{name}/{runner.value}"]
+        for name in (*(arm.name for arm in ARMS), *RETIRED_ARMS)
+        if f"{name}/{runner.value}" in identity["engagement"]  # a run of some arms
     }
     if not lines:
         pytest.skip(f"no engine of {runner.value} ran ({RUNNERS_ENV})")
     n = model.mamba2_layers()
-    # vLLM's copy has one drawer and plan, so its line names the backend only (records
-    # made before 2026-12-02 name the design too); the variant arms swap runner_hooks'
-    # prefetcher in behind the same line.
+    # vLLM's copy has one drawer, so its line names the backend only (records made
+    # before 2026-12-02 name the design too); the variant arms swap runner_hooks'
+    # prefetcher in behind the same line, and the retired arms' records did too.
     reset = ("flashinfer SSU",)
     expected = {
         "reset": reset,

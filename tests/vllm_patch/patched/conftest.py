@@ -127,15 +127,16 @@ def prefetcher_spy(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
     The forward-context design's real prefetcher is built (inactive without CUDA);
     the reset design's seed op is a stand-in module, and its SeedPrefetch, which
-    allocates on the device, is recorded instead of built (the prefetcher is then
-    inactive)."""
+    allocates on the device, is recorded instead of built, as a stand-in that says
+    its number of seeds (the prefetcher then takes none)."""
     made: list[int] = []
     if DESIGN == "reset":
         monkeypatch.setitem(sys.modules, "vllm._mamba_sr_C", types.ModuleType("_mamba_sr_C"))
         monkeypatch.setattr(torch.accelerator, "current_device_index", lambda: 0)
 
-        def seed_prefetch(owner: str, num_seeds: int, *args: Any) -> None:
+        def seed_prefetch(owner: str, num_seeds: int, *args: Any) -> types.SimpleNamespace:
             made.append(num_seeds)
+            return types.SimpleNamespace(num_seeds=num_seeds)
 
         monkeypatch.setattr(ssu_dispatch, "SeedPrefetch", seed_prefetch)
         return made

@@ -59,15 +59,24 @@ class ForwardHooks:
     def __init__(self, active: bool) -> None:
         self.active = active
         self.current: tuple[str, bool] | None = None
+        self.captures: list[object] = []
+        """Each forward's `captures` key, in order."""
+        self.replays: list[object] = []
+        """The graphs `replay` was told of, in order."""
 
     @contextlib.contextmanager
-    def forward(self, full_cudagraph: bool = False) -> Iterator[None]:
+    def forward(self, full_cudagraph: bool = False, captures: object = None) -> Iterator[None]:
         assert self.current is None, "forwards do not nest"
         self.current = ("forward", full_cudagraph)
+        self.captures.append(captures)
         try:
             yield
         finally:
             self.current = None
+
+    def replay(self, graph: object) -> None:
+        assert self.current is None, "a replay runs outside any forward"
+        self.replays.append(graph)
 
 
 class ModelStandIn:
@@ -416,7 +425,9 @@ def test_v2_execute_model(
     with pytest.raises(StopForward):
         runner.execute_model(scheduler_output, dummy_run=True)
     if mode == FULL:
+        # No forward around the replay; its seeds are drawn before it, by key.
         assert model.seen == [None]
+        assert hooks.replays == ([desc] if hooks.active else [])
     else:
         assert model.seen == [
             opened(hooks, ForwardInfo(runs_ssu=decodes > 0, micro_batched=ubatched))
@@ -522,7 +533,8 @@ def test_v2_cudagraph_capture(
         # The DBO capture stays outside the hooks: a micro-batched forward draws inline.
         assert model.seen == [None, None]
     else:
-        assert model.seen == [
-            opened(hooks, ForwardInfo(runs_ssu=runs_ssu)),
-            opened(hooks, ForwardInfo(runs_ssu=runs_ssu, full_cudagraph=mode == FULL)),
-        ]
+        # Both forwards name the graph; the prefetcher records what a forward begun
+        # inside torch.cuda.graph (the FULL capture) took, for its replays.
+        assert model.seen == [opened(hooks, ForwardInfo(runs_ssu=runs_ssu))] * 2
+        if hooks.active and runs_ssu:
+            assert hooks.captures == [desc, desc]

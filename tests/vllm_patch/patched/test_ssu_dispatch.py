@@ -88,9 +88,17 @@ def test_it_engages_when_every_condition_holds_with_n_mamba2_layers(
         f"Prefetching Mamba stochastic-rounding seeds for {NUM_LAYERS} layers per forward "
         f"({how}flashinfer SSU{inactive})."
     ]
-    # Initialised again (memory profiling, then the real KV cache): replaced.
+    # Initialised again (memory profiling, then the real KV cache): kept for as
+    # many layers (in the reset design, with the buffer its graphs read), else
+    # replaced.
+    first = ssu_dispatch._sr_seed_prefetcher
+    ssu_dispatch.initialize_mamba_ssu_backend(mamba_config(), kv_cache_config(mamba2=NUM_LAYERS))
+    if DESIGN == "reset":
+        assert ssu_dispatch._sr_seed_prefetcher is first and engaged == [NUM_LAYERS]
+    else:
+        assert engaged == [NUM_LAYERS, NUM_LAYERS]
     ssu_dispatch.initialize_mamba_ssu_backend(mamba_config(), kv_cache_config(mamba2=3))
-    assert engaged == [NUM_LAYERS, 3]
+    assert engaged[-1] == 3 and ssu_dispatch._sr_seed_prefetcher is not first
 
 
 OFF_CASES = {
@@ -453,7 +461,7 @@ def test_sr_seed_forward_opens_a_forward_only_for_an_unbatched_decode(
 
     class Prefetcher:
         @contextlib.contextmanager
-        def forward(self, full_cudagraph: bool = False) -> Iterator[None]:
+        def forward(self, full_cudagraph: bool = False, captures: object = None) -> Iterator[None]:
             opened.append(full_cudagraph)
             yield
 
@@ -547,14 +555,15 @@ def test_the_forks_tests_collect_and_skip_without_a_device() -> None:
     reset = DESIGN == "reset"
     if reset:
         # The prefetcher's CPU tests pass; the engine's, on both runners, skip.
-        assert len(passed) == 4 and all("test_sr_seed_prefetcher.py" in n for n in passed)
+        assert len(passed) == 5 and all("test_sr_seed_prefetcher.py" in n for n in passed)
         assert len(tests) == 3
     else:
         assert passed == [] and len(tests) == 1
-    # 4 tests per SSU call (FlashInfer's SSU, and its ReplaySSM where the release has
-    # it), the Triton kernel's state on Blackwell, and the engine's two.
+    # 5 tests per SSU call (FlashInfer's SSU, and its ReplaySSM where the release has
+    # it: eager twice, graphs as V1 and V2 capture them, outside a forward), the
+    # Triton kernel's state on Blackwell, and the engine's two.
     calls = 2 if fork_test.FLASHINFER_REPLAYSSM in inspect.getsource(ssu_dispatch) else 1
-    assert len(reasons) == 4 * calls + 1 + (2 if reset else 0), reasons
+    assert len(reasons) == 5 * calls + 1 + (2 if reset else 0), reasons
     blackwell = [reason for reason in reasons if "only Blackwell" in reason]
     assert len(blackwell) == 1, reasons
     assert all(
