@@ -22,7 +22,9 @@ _RANGE = 2**32
 
 
 @triton.jit(do_not_specialize=["n", "seed", "counter"])
-def _randint_seeds_kernel(out_ptr, n, seed: tl.uint64, counter: tl.uint64, BLOCK: tl.constexpr):
+def _randint_seeds_kernel(
+    out_ptr, n, seed: tl.uint64, counter: tl.uint64, BLOCK: tl.constexpr
+):
     k = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     c = counter + k.to(tl.uint64)
     c0 = (c & 0xFFFFFFFF).to(tl.uint32)
