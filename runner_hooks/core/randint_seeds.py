@@ -15,8 +15,8 @@ import torch
 import triton
 import triton.language as tl
 
-OFFSETS_PER_DRAW = 4
-"""Philox offsets one randint call of numel 1 reserves."""
+from .prefetch import OFFSETS_PER_DRAW
+
 _BLOCK = 128
 _RANGE = 2**32
 
