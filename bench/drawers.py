@@ -3,17 +3,14 @@
 Stock vLLM calls `torch.randint(0, 2**32, (1,), device=...)` once per SSU
 call.  A drawer writes the values that a run of such calls would return, in
 order, advancing the device's default CUDA generator exactly as they would.
-The reset design in vLLM carries only the one-kernel op: with
-randint, every sync plan is slower than stock at some batch size, eagerly or
-under graphs (bench/results/sync-plan-defaults.md), and mixed prefill/decode
-batches run the Mamba op eagerly even under PIECEWISE graphs.  So where the
-kernel cannot be built, "auto" prefetches nothing; the randint drawer is the
-forward-context design's, and the bench's.
+The reset design in vLLM carries only the Triton drawer, which draws outside
+every graph: with randint, every sync plan is slower than stock at some batch
+size, eagerly or under graphs (bench/results/sync-plan-defaults.md).  The randint
+drawer is the forward-context design's, and the bench's.
 """
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from typing import Protocol
 
@@ -40,41 +37,35 @@ def stock_seed(device: torch.device) -> torch.Tensor:
     return torch.randint(0, SEED_HIGH, (1,), device=device)
 
 
-def _kernel() -> SeedDrawer:
-    from runner_hooks.core.seed_kernel import KernelDrawer
+class TritonDrawer:
+    """All of a forward's seeds from one Triton launch outside any graph
+    (runner_hooks/core/randint_seeds.py); values and advance are stock's."""
 
-    return KernelDrawer()
+    name = "triton"
 
+    def __init__(self) -> None:
+        from runner_hooks.core.randint_seeds import fill_randint_seeds
 
-@functools.cache
-def kernel_drawer() -> SeedDrawer | str:
-    """The one-kernel drawer, built once per process; else why it cannot be."""
-    from runner_hooks.core.seed_kernel import SeedKernelUnavailable
-
-    try:
-        return _kernel()
-    except SeedKernelUnavailable as reason:
-        return f"the seed kernel is unavailable: {reason}"
+        self.draw = fill_randint_seeds
 
 
 DRAWERS: dict[str, Callable[[], SeedDrawer]] = {
     RandintDrawer.name: RandintDrawer,
-    "kernel": _kernel,
+    TritonDrawer.name: TritonDrawer,
 }
-"""The drawers users can force by name; "auto" is the kernel where it builds."""
+"""The drawers users can force by name; "auto" is the Triton drawer."""
 
 
 def drawer_factory(drawer: str | SeedDrawer) -> Callable[[], SeedDrawer | str]:
     """How to make the drawer given or named ("auto", or a key of DRAWERS).
 
     Names are checked now; building waits until the factory is called, so an
-    inactive prefetcher builds nothing.  Only "auto" may make a str: why the
-    kernel cannot be built (kernel_drawer, cached per process).
+    inactive prefetcher builds nothing.
     """
     if not isinstance(drawer, str):
         return lambda: drawer
     if drawer == "auto":
-        return kernel_drawer
+        return TritonDrawer
     try:
         return DRAWERS[drawer]
     except KeyError:

@@ -239,7 +239,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, default=DEFAULT_ROUNDS, help="interleaved rounds")
     parser.add_argument("--layers", type=int, default=40, help="Mamba-2 layers per step")
     parser.add_argument("--batch-size", type=int, default=1, help="decode batch size")
-    parser.add_argument("--drawer", default="kernel", help="bench.drawers.DRAWERS key")
+    parser.add_argument("--drawer", default="triton", help="bench.drawers.DRAWERS key")
     parser.add_argument("--seed", type=int, default=0, help="seed of the shuffled round order")
     parser.add_argument("--profile", action="store_true", help="also cProfile floor and design")
     parser.add_argument("--out", type=Path, help="also write the markdown here")

@@ -96,8 +96,8 @@ class _ByName:
 class ResetPrefetcherByName(reset.SRSeedPrefetcher):
     """The reset design's prefetcher with a drawer by name.
 
-    drawer: "auto" (the kernel where it builds, else inactive), "kernel",
-    "randint", or a drawer. Inactive (`inactive_reason` says why) without CUDA
+    drawer: "auto" (the Triton drawer), a key of `bench.drawers.DRAWERS`, or a
+    drawer. Inactive (`inactive_reason` says why) without CUDA
     or a drawer.
     """
 
@@ -314,16 +314,9 @@ def _reset(num_layers: int, device: torch.device, *, drawer: str) -> ResetSource
 
 
 def unavailable_errors() -> tuple[type[BaseException], ...]:
-    """Exceptions that mean "this drawer cannot be built on this machine", not a bug.
-
-    The one-kernel drawer raises SeedKernelUnavailable where it cannot compile
-    or load; an ImportError covers a drawer module that is not there.
-    """
-    try:
-        from runner_hooks.core.seed_kernel import SeedKernelUnavailable
-    except ImportError:
-        return (ImportError,)
-    return (ImportError, SeedKernelUnavailable)
+    """Exceptions that mean "this drawer cannot be built on this machine", not a bug:
+    an ImportError of a drawer's module."""
+    return (ImportError,)
 
 
 def run_step(

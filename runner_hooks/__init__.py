@@ -2,8 +2,7 @@
 
 `core` is the reset design's unit and `forward_context` the forward-context
 design's: each design's patch vendors its unit's import closure
-(vllm_patch/vendor.py), so core/seed_kernel.py, the bench's loader of the seed op,
-stays here.  `hooks` holds per-forward hooks that the bench's simulated runners
+(vllm_patch/vendor.py).  `hooks` holds per-forward hooks that the bench's simulated runners
 call (bench/variants.py); vLLM's runners call the landed `sr_seed_forward`
 instead.  The bench's choices (drawers by name, sync plans, the variants built
 from them) are bench's: bench/drawers.py, bench/sync.py, bench/variants.py.
@@ -11,12 +10,14 @@ from them) are bench's: bench/drawers.py, bench/sync.py, bench/variants.py.
 
 try:
     import torch  # noqa: F401
+    import triton  # noqa: F401
 except ModuleNotFoundError as error:
-    if error.name != "torch":
+    if error.name not in ("torch", "triton"):
         raise
     raise ImportError(
-        "runner_hooks needs torch, which this Python cannot import: pip install torch "
-        "(or install sr-seed-prefetch with its hooks extra: pip install -e '.[hooks]')"
+        f"runner_hooks needs {error.name}, which this Python cannot import: pip install "
+        f"{error.name} (or install sr-seed-prefetch with its hooks extra: "
+        "pip install -e '.[hooks]')"
     ) from None
 
 from .core import SeedPrefetch, SRSeedPrefetcher

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import pytest
 import torch
 
-from bench import drawers, variants
+from bench import variants
 from bench.variants import (
     ForwardContextPrefetcherByName,
     ResetPrefetcherByName,
@@ -264,49 +264,29 @@ def test_unknown_plan_or_drawer_names_are_refused_even_when_disabled() -> None:
 
 
 @pytest.fixture
-def cuda_without_the_kernel(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """A CUDA device as far as the prefetchers look, where the seed kernel cannot
-    be built; returns the drawers that were built."""
-    from runner_hooks.core import seed_kernel
-
-    built: list[str] = []
-
-    class NoKernel:
-        def __init__(self) -> None:
-            built.append("kernel")
-            raise seed_kernel.SeedKernelUnavailable("nvcc not found; install the toolkit")
-
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(seed_kernel, "KernelDrawer", NoKernel)
-    drawers.kernel_drawer.cache_clear()
-    yield built
-    drawers.kernel_drawer.cache_clear()
-
-
-def test_without_the_kernel_the_reset_design_is_inactive_and_says_why(
-    cuda_without_the_kernel: list[str],
-) -> None:
-    """The library's "auto": no randint fallback, which is slower than stock
-    eagerly; the build is tried once per process."""
-    first = ResetPrefetcherByName(N, torch.device("cuda", 0))
-    second = ResetPrefetcherByName(N, torch.device("cuda", 0))
-    assert first.prefetch is None and second.prefetch is None
-    assert first.inactive_reason == second.inactive_reason
-    assert "nvcc not found; install the toolkit" in first.inactive_reason
-    assert cuda_without_the_kernel == ["kernel"], "tried once per process"
-
-
-def test_a_named_randint_drawer_still_prefetches_without_the_kernel(
-    cuda_without_the_kernel: list[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
+def drawn_by(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """A CUDA device as far as the prefetchers look; returns the name of the drawer
+    each reset prefetcher built draws with."""
     made: list[str] = []
 
     def record(owner, n, device, draw, *rest):
-        made.append(draw.__self__.name)
+        drawer = getattr(draw, "__self__", None)  # a bound method's drawer, else a function
+        made.append(drawer.name if drawer is not None else draw.__name__)
 
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(variants, "SeedPrefetch", record)
+    return made
+
+
+def test_auto_is_the_triton_draw(drawn_by: list[str]) -> None:
+    """The library's "auto": the one Triton launch outside every graph."""
+    ResetPrefetcherByName(N, torch.device("cuda", 0))
+    assert drawn_by == ["fill_randint_seeds"]
+
+
+def test_a_named_randint_drawer_still_prefetches(drawn_by: list[str]) -> None:
     ResetPrefetcherByName(N, torch.device("cuda", 0), drawer="randint")
-    assert made == ["randint"] and cuda_without_the_kernel == []
+    assert drawn_by == ["randint"]
 
 
 def test_without_cuda_the_reason_is_given() -> None:

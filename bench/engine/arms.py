@@ -64,7 +64,7 @@ class Arm:
     perturb: Perturb = Perturb.NONE
     control: bool = False
     what: str = ""
-    # A drawer other than the reset design's as it lands (the seed kernel): the
+    # A drawer other than the reset design's as it lands (the Triton draw): the
     # worker attaches bench.variants' ResetPrefetcherByName with it in its place
     # before the engine starts.
     drawer: str | None = None
@@ -93,7 +93,7 @@ class Arm:
             return "stock"
         if self.copy is Design.FORWARD_CONTEXT:
             return "forward-context"
-        return f"reset-{self.drawer or 'kernel'}"
+        return f"reset-{self.drawer or 'triton'}"
 
 
 ON = {"VLLM_MAMBA_SR_SEED_PREFETCH": "1"}
@@ -115,7 +115,7 @@ ARMS: tuple[Arm, ...] = (
         "reset",
         Design.RESET,
         dict(ON),
-        what="reset design as it lands: one-kernel drawer on the forward's stream, "
+        what="reset design as it lands: the Triton drawer on the forward's stream, "
         "each forward's seeds drawn before its capture or replay (no RNG inside any graph)",
     ),
     Arm(

@@ -72,7 +72,7 @@ def test_every_arms_variant_exists() -> None:
     names = {spec.name for spec in variant_specs()}
     assert {arm.microbench for arm in TIMING_ARMS} <= names
     assert [BY_NAME[a].microbench for a in ("reset", "reset-randint", "flag-off")] == [
-        "reset-kernel",
+        "reset-triton",
         "reset-randint",
         "stock",
     ]

@@ -3,6 +3,7 @@
 """The Mamba SR seed prefetcher: a forward's seeds drawn up front."""
 
 from .prefetch import SeedPrefetch
+from .randint_seeds import fill_randint_seeds
 from .reset import SRSeedPrefetcher
 
-__all__ = ["SRSeedPrefetcher", "SeedPrefetch"]
+__all__ = ["SRSeedPrefetcher", "SeedPrefetch", "fill_randint_seeds"]

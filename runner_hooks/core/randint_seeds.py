@@ -21,9 +21,11 @@ _BLOCK = 128
 _RANGE = 2**32
 
 
+# Typed as strings, which Triton reads and a placeholder module need not define;
+# unspecialized, so one compilation serves every seed, counter and N.
 @triton.jit(do_not_specialize=["n", "seed", "counter"])
 def _randint_seeds_kernel(
-    out_ptr, n, seed: tl.uint64, counter: tl.uint64, BLOCK: tl.constexpr
+    out_ptr, n, seed: "tl.uint64", counter: "tl.uint64", BLOCK: tl.constexpr
 ):
     k = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     c = counter + k.to(tl.uint64)
@@ -38,7 +40,9 @@ def fill_randint_seeds(out: torch.Tensor) -> None:
     """Fills `out` (contiguous int64, CUDA) with the values of len(out) consecutive
     `torch.randint(0, 2**32, (1,))` calls on its device, on the current stream, and
     advances the device's default generator as they would. Not inside a capture:
-    the generator's offset is a host value only outside one (torch refuses it)."""
+    the generator's offset is a host value only outside one (torch refuses it).
+    Reading and moving the offset is not one step: no other thread may draw from
+    the generator meanwhile, as none does while a model runner runs a forward."""
     n = out.numel()
     if n == 0:
         return

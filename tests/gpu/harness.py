@@ -42,6 +42,12 @@ FORWARD_CONTEXT_PLANS = tuple(sorted(SYNC_PLANS))
 """The forward-context design's sync plans (it draws on a side stream). The reset
 design has none: it draws on the forward's stream."""
 
+TRITON_DRAWER = "triton"
+OUTSIDE_GRAPHS_ONLY = (
+    "the Triton drawer reads the generator's offset on the host, which a capture "
+    "refuses: only the reset design, which draws outside every graph, uses it"
+)
+
 CAPTURE_STYLES = ("v1", "hook_inside", "v2")
 """How a FULL graph is captured, and so replayed:
 

@@ -136,8 +136,8 @@ BODY_FAILS = textwrap.dedent(
 
 def body_fails(drawer: str, mode: str, rewind: bool = True) -> dict[str, object]:
     """What BODY_FAILS printed, for the reset design with `drawer`, in `mode`."""
-    if drawer == "kernel":
-        require_drawer("kernel")
+    if drawer == "triton":
+        require_drawer("triton")
     result, stderr = run_script(BODY_FAILS, drawer, mode, "rewind" if rewind else "norewind")
     assert isinstance(result, dict), (result, stderr)
     result["stderr"] = stderr
@@ -145,7 +145,7 @@ def body_fails(drawer: str, mode: str, rewind: bool = True) -> dict[str, object]
 
 
 @pytest.mark.parametrize("mode", ["eager", "v1", "v2"])
-@pytest.mark.parametrize("drawer", ["randint", "kernel"])
+@pytest.mark.parametrize("drawer", ["randint", "triton"])
 def test_an_error_in_the_forward_propagates_as_itself(drawer: str, mode: str) -> None:
     result = body_fails(drawer, mode)
     assert result["raised"] == ["ModelFailed", "out of memory in layer 4", "None"], result
