@@ -3,8 +3,8 @@ it cannot write there.
 
 $SR_PREFETCH_CACHE, else ~/.cache/sr-prefetch, holds the pristine trees
 (pristine-v2/), the files read from each release (files/), the sdists (sdists/, see
-sdist.py), CI's wheels (wheels/), and builds (build-op/, sdist-trees/, mypy/), and
-the seed op that `sr-prefetch build-op --plugin` builds for the plugin (plugin-op/).
+sdist.py), CI's wheels (wheels/), and the pre-commit checks' trees and caches
+(sdist-trees/, mypy/).
 """
 
 from __future__ import annotations
@@ -39,13 +39,6 @@ def pristine_path(release: Release) -> Path:
     """Where the pristine tree of `release` is cached (a directory per layout: one built
     before setup.py and CMakeLists.txt were part of it, under pristine/, is not reused)."""
     return cache_dir() / "pristine-v2" / f"vllm-{release.version}"
-
-
-def plugin_op_path(torch_version: str) -> Path:
-    """Where `sr-prefetch build-op --plugin` puts the seed op that the plugin
-    (plugin.py) serves as vllm._mamba_sr_C: one per torch version, which it links
-    against."""
-    return cache_dir() / "plugin-op" / f"torch-{torch_version}" / "_mamba_sr_C.so"
 
 
 def files_path(release: Release) -> Path:

@@ -1,5 +1,5 @@
 """sr-prefetch: apply the seed-prefetch runner patch to a vLLM tree or an installed vLLM,
-back out, and compile an installed vLLM's seed op (build-op).
+and take it back out.
 
 Every command that takes a target (PATH or --installed) resolves it first (a vLLM
 tree, and the supported release it is based on), and refuses with a message and
@@ -19,22 +19,10 @@ import tempfile
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from types import FrameType, ModuleType
+from types import FrameType
 from typing import NoReturn
 
-from . import (
-    build_op,
-    designs,
-    gitrepo,
-    journal,
-    patch,
-    plugin,
-    releases,
-    sources,
-    syntax,
-    targets,
-    tree,
-)
+from . import designs, gitrepo, journal, patch, plugin, releases, sources, syntax, targets, tree
 from .cache import CacheError, write_problem
 from .designs import DESIGNS, commit_message
 from .patch import FileState
@@ -240,39 +228,6 @@ def _parser() -> argparse.ArgumentParser:
         f"{gitrepo.OWN_IDENTITY}",
     )
     export.set_defaults(run=_export)
-
-    build_op_command = commands.add_parser(
-        "build-op",
-        help="compile the seed op of an installed vLLM, which has no build step",
-        description="Compile the seed op that the reset design calls, as the extension "
-        "vllm._mamba_sr_C, and place it in the vLLM at PATH, or the installed one, as "
-        "vllm/_mamba_sr_C.so (revert removes it). A source tree's own CUDA build makes it "
-        "with its CMake (the patch adds the target); an installed vLLM needs this step. "
-        "Needs torch's CUDA build, nvcc and a C++ compiler, not a GPU; built in "
-        "sr-prefetch's cache. Run it with the engine's Python and torch (an image build, a "
-        "deployment step).",
-    )
-    target_arguments(build_op_command)
-    build_op_command.usage = (
-        "%(prog)s [-h] (PATH | --installed | --plugin) [--base RELEASE] [--arch MAJOR.MINOR]"
-    )
-    base_option(build_op_command)
-    build_op_command.add_argument(
-        "--plugin",
-        action="store_true",
-        help="build the seed op for the vllm.general_plugins plugin instead: placed in "
-        "sr-prefetch's cache, one per torch version, where the plugin finds it (no vLLM "
-        "file changes)",
-    )
-    build_op_command.add_argument(
-        "--arch",
-        type=_compute_capability,
-        action="append",
-        metavar="MAJOR.MINOR",
-        help="a compute capability to compile for, e.g. 9.0 for H100/H200, 10.0 for B200 "
-        "(repeat for several; default: the GPUs this process sees)",
-    )
-    build_op_command.set_defaults(run=_build_op)
 
     versions = commands.add_parser(
         "versions", help="the supported releases: the call sites each has, the torch it pins"
@@ -493,109 +448,6 @@ def _refuse_output(output: Path, error: OSError) -> NoReturn:
     )
 
 
-def _compute_capability(text: str) -> tuple[int, int]:
-    """'9.0' -> (9, 0), as TORCH_CUDA_ARCH_LIST writes architectures."""
-    major, dot, minor = text.strip().partition(".")
-    if not (dot and major.isdigit() and minor.isdigit()):
-        raise argparse.ArgumentTypeError(
-            f"not a compute capability: {text!r} (write MAJOR.MINOR, e.g. 9.0)"
-        )
-    return int(major), int(minor)
-
-
-def _build_op(args: argparse.Namespace) -> int:
-    if args.plugin:
-        if args.installed or args.path is not None or args.base is not None:
-            raise tree.TreeError(
-                "build-op --plugin builds the plugin's seed op for this Python's torch: give "
-                "it no PATH, --installed or --base"
-            )
-        target = None
-        pin = _installed_torch_pin()
-    else:
-        target = _target(args)
-        build_op.check_target(target)
-        pin = f"torch=={target.release.torch}"
-    try:
-        import torch
-    except ModuleNotFoundError as error:
-        if (error.name or "").partition(".")[0] != "torch":
-            raise
-        print(
-            "sr-prefetch: build-op compiles with torch, which this Python cannot import: run "
-            f"it with the engine's Python, or install the torch that vLLM pins: pip install {pin}",
-            file=sys.stderr,
-        )
-        return 1
-    from runner_hooks.core import seed_kernel
-
-    if torch.version.cuda is None:
-        print(
-            f"sr-prefetch: torch {torch.__version__} was built without CUDA, so it cannot "
-            f"build the seed op: install the CUDA build of {pin}",
-            file=sys.stderr,
-        )
-        return 1
-    capabilities = args.arch
-    if not capabilities:
-        if not torch.cuda.is_available():
-            print(
-                "sr-prefetch: this process sees no CUDA device to read the architectures "
-                "from; name them with --arch (e.g. --arch 9.0)",
-                file=sys.stderr,
-            )
-            return 1
-        capabilities = [
-            torch.cuda.get_device_capability(index) for index in range(torch.cuda.device_count())
-        ]
-    archs = ", ".join(f"{major}.{minor}" for major, minor in sorted(set(capabilities)))
-    if target is None:
-        return _build_plugin_op(capabilities, archs, seed_kernel)
-    print(f"Building the seed op of {_describe(target)} for compute capability {archs} ...")
-    if (target.root / "setup.py").is_file():
-        print(
-            "Note: a source tree's own CUDA build makes vllm._mamba_sr_C (its CMake target); "
-            "build-op's library is for one built without it (VLLM_USE_PRECOMPILED)."
-        )
-    try:
-        built, placed = build_op.build(target, capabilities, seed_kernel)
-    except seed_kernel.SeedKernelUnavailable as error:
-        print(f"sr-prefetch: {error}", file=sys.stderr)
-        return 1
-    print(
-        f"Built {built} and placed it as {placed}: the engine imports it as "
-        "vllm._mamba_sr_C (sr-prefetch revert removes it)."
-    )
-    return 0
-
-
-def _installed_torch_pin() -> str:
-    """The torch requirement of the vLLM this Python imports, for build-op --plugin's
-    advice; "torch" where no supported vLLM is installed."""
-    try:
-        return f"torch=={tree.resolve(tree.installed_root()).release.torch}"
-    except tree.TreeError:
-        return "torch"
-
-
-def _build_plugin_op(
-    capabilities: Sequence[tuple[int, int]], archs: str, seed_kernel: ModuleType
-) -> int:
-    placed = plugin.op_path()
-    assert placed is not None  # torch is importable
-    print(f"Building the plugin's seed op for compute capability {archs} ...")
-    try:
-        built = build_op.build_for_plugin(capabilities, seed_kernel, placed)
-    except seed_kernel.SeedKernelUnavailable as error:
-        print(f"sr-prefetch: {error}", file=sys.stderr)
-        return 1
-    print(
-        f"Built {built} and placed it as {placed}: the plugin serves it as vllm._mamba_sr_C "
-        f"to this torch's engines (with {plugin.VARIABLE}=1)."
-    )
-    return 0
-
-
 def _versions(args: argparse.Namespace) -> int:
     width = max(len(str(site)) for site in Site)
     print(f"Supported vLLM releases ({releases.supported()}); the reset design's call sites:")
@@ -612,7 +464,7 @@ def _versions(args: argparse.Namespace) -> int:
 def _locate_sites(release: releases.Release) -> dict[Site, str]:
     """Each site's file and line in `release`, or why it was not found."""
     found: dict[Site, list[str]] = {}
-    file_ops = targets.file_operations(Design.RESET, release, setup_py_present=False)
+    file_ops = targets.file_operations(Design.RESET, release)
     texts = sources.release_files(release, tuple(fo.path for fo in file_ops))
     for fo in file_ops:
         for edit in syntax.each_edit(texts[fo.path].decode(), fo, located=True):

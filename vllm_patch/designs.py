@@ -60,7 +60,7 @@ _SUBJECTS = {
 
 
 def subject(added: Mapping[str, bytes]) -> str:
-    """The subject line: "in one kernel" where the patch adds a CUDA source (the seed
+    """The subject line: "in one kernel" where the patch adds a Triton kernel (the seed
     kernel), "up front" where the seeds are drawn with torch.randint."""
     return _SUBJECTS[_adds_kernel(added)]
 
@@ -135,9 +135,6 @@ def figures(design: Design) -> dict[str, evidence.Figure]:
             "decode_vs_one_draw": e.column_span(_DECODE, e.DEFAULT_ARM, _VS_SINGLE),
             "mtp_saved": e.column_span(_MTP, e.DEFAULT_ARM, _SAVED),
             "mixed_saved": e.column_span(_MIXED, e.DEFAULT_ARM, _SAVED),
-            "kernel_passed": e.count(e.SEED_KERNEL_LOG, "passed"),
-            "kernel_skipped": e.count(e.SEED_KERNEL_LOG, "skipped"),
-            "jit_build": e.quote(e.MTP_RUN, r"of (\d+-\d+) s each", 1),
         }
     else:
         found["mtp_saved"] = e.column_span(_MTP, e.FORWARD_CONTEXT_ARM, _SAVED)
@@ -162,9 +159,8 @@ def commit_message(
 ) -> str:
     """The commit message of `design`'s patch on `release`: a pull-request description.
 
-    originals: the release's text of each file the design's operations change
-    (setup.py among them where the tree has one); added: the files the patch adds
-    (path -> content), as patch.py makes them.
+    originals: the release's text of each file the design's operations change; added:
+    the files the patch adds (path -> content), as patch.py makes them.
     """
     derived = _derived_blocks(design, release, originals, added)
     derived_text = " ".join(" ".join(derived).split())
@@ -201,19 +197,6 @@ class _Facts:
     def kernel(self) -> bool:
         return _adds_kernel(self.added)
 
-    @property
-    def cmake(self) -> bool:
-        """Whether the op is built by vLLM's CMake build (a CMake file changed, or a CUDA
-        source added under csrc/), not compiled on first use."""
-        paths = [*self.added, *self.changed]
-        return any(
-            path == "CMakeLists.txt" or path.startswith(("cmake/", "csrc/")) for path in paths
-        )
-
-    @property
-    def changed(self) -> list[str]:
-        return [path for path in self.originals if f"- {path}:" in self.derived]
-
     def names(self, name: str) -> bool:
         """Whether the derived lists name `name` (a file, class, function or target)."""
         return re.search(rf"(?<![\w/.]){re.escape(name)}(?!\w)", self.derived) is not None
@@ -241,7 +224,22 @@ skips that path where the module lacks it)."""
 
 
 def _adds_kernel(added: Mapping[str, bytes]) -> bool:
-    return any(path.endswith(".cu") for path in added)
+    """Whether a module the patch adds defines a Triton kernel (`@triton.jit`)."""
+    return any(
+        path.endswith(".py") and _defines_triton_kernel(data) for path, data in added.items()
+    )
+
+
+def _defines_triton_kernel(data: bytes) -> bool:
+    """Whether the module's text has a function decorated with `triton.jit` (called or
+    not)."""
+    for node in ast.walk(ast.parse(data.decode("utf-8"))):
+        if isinstance(node, ast.FunctionDef):
+            for decorator in node.decorator_list:
+                called = decorator.func if isinstance(decorator, ast.Call) else decorator
+                if ast.unparse(called) == "triton.jit":
+                    return True
+    return False
 
 
 def _section(heading: str, paragraphs: list[str], f: Mapping[str, str]) -> list[str]:
@@ -279,11 +277,12 @@ def _design(facts: _Facts) -> list[str]:
             "micro-batched, and whether it captures or replays a FULL CUDA graph. N is "
             "the number of Mamba-2 layers in the KV cache config, and the k-th SSU call "
             "of a forward takes seed k.",
-            "One kernel launch draws all N seeds of a forward into one persistent "
-            "buffer: it advances the default CUDA generator's Philox offset by 4*N at "
-            "once, exactly as N stock draws do, and writes the N values those draws "
-            "would return. It runs on the forward's own stream as the forward begins, "
-            "so the seeds are written before any SSU kernel of the forward reads them, "
+            "One Triton kernel launch draws all N seeds of a forward into one "
+            "persistent buffer: it writes the N values those draws would return, "
+            "computed with tl.philox from the default CUDA generator's seed and Philox "
+            "offset, and the offset advances by 4*N at once, exactly as N stock draws "
+            "advance it. It runs on the forward's own stream as the forward begins, so "
+            "the seeds are written before any SSU kernel of the forward reads them, "
             "with no side stream and no event.",
             "No CUDA graph draws. A FULL graph's SSU calls read the buffer, and its "
             "seeds are drawn before each replay: V1's runner opens the forward outside "
@@ -368,21 +367,15 @@ def _validation(facts: _Facts) -> list[str]:
         + (", and MTP K=7 with async scheduling and prefix caching" if reset else "")
         + ": identical ({identity_020} passed)."
         + (
-            "\n- This change as it is now (the rows above ran it before its last "
-            "reshape, with the same seed kernel and draw order): the V1 and V2 "
-            "runners, eager and FULL_AND_PIECEWISE, identical, the control different "
-            "({identity_reshape} passed on V1, {identity_reshape_v2} on V2)."
+            "\n- This change after a reshape (the rows above ran it before, with the "
+            "same draw order): the V1 and V2 runners, eager and FULL_AND_PIECEWISE, "
+            "identical, the control different ({identity_reshape} passed on V1, "
+            "{identity_reshape_v2} on V2)."
             if reset
             else ""
         ),
     ]
     paragraphs.append(_added_test(facts))
-    if reset and facts.kernel:
-        paragraphs.append(
-            "The seed kernel alone, against torch.randint from the same generator "
-            "state (generator offsets past 2**32, other RNG use around it, CUDA graphs, "
-            "two threads): {kernel_passed} passed, {kernel_skipped} skipped on one H200."
-        )
     how = (
         "Timing, {where} and the same model, by a pytest-benchmark run over the same kind of "
         "engines, one per arm: the GPU time of each step's CUDA-graph replays (CUDA "
@@ -468,8 +461,8 @@ def _limitations(facts: _Facts) -> list[str]:
     ]
     if reset and facts.kernel:
         items.append(
-            "- The seed op is a non-stable libtorch extension, built for one torch ABI, "
-            "until torch 2.16 (Build)."
+            "- The engine runs and timings above drew the seeds with a compiled CUDA op "
+            "of the same Philox arithmetic; the Triton kernel has not run in them yet."
         )
     return ["\n".join(items)]
 
@@ -509,27 +502,11 @@ def _joined(items: list[str], conjunction: str) -> str:
 
 
 def _build(facts: _Facts) -> list[str]:
-    target = next((name for name in ("_mamba_sr_C",) if facts.names(name)), None)
-    stable = (
-        "It is not part of the stable-ABI library (_C_stable_libtorch): no released "
-        "torch's stable ABI reaches the default CUDA generator's Philox state, which the "
-        "op must advance exactly as stock's draws do. torch 2.16's "
-        "Generator::philox_state(increment) and get_default_generator reach it, and "
-        "moving the op there is then a small change."
-    )
-    if facts.cmake:
-        named = f" ({target})" if target else ""
-        return [
-            f"The seed op is a small non-stable CMake target{named}, built once with "
-            "the wheel, rather than compiled on first use with torch.utils.cpp_extension: "
-            "serving hosts have no CUDA compiler, and a first-use build took {jit_build} "
-            "s on the H200. " + stable
-        ]
     return [
-        "In this revision the seed op is compiled on first use with "
-        "torch.utils.cpp_extension ({jit_build} s on the H200), which needs nvcc on "
-        "the serving host. Its home should be a small non-stable CMake target built "
-        "once with the wheel, since serving hosts have no compiler. " + stable
+        "Nothing to build: the seeds are drawn by one Triton kernel outside every CUDA "
+        "graph, its values computed from the default CUDA generator's seed and offset "
+        "with tl.philox. The change adds no compiled op, no CUDA source and no build "
+        "step, and nothing of it depends on torch's C++ ABI."
     ]
 
 
@@ -552,8 +529,7 @@ def _derived_blocks(
     ]
     changed: list[str] = []
     sites: dict[str, None] = {}  # in order, once each
-    setup_py_present = "setup.py" in originals
-    for file_ops in targets.file_operations(design, release, setup_py_present=setup_py_present):
+    for file_ops in targets.file_operations(design, release):
         effective = effective_operations(originals[file_ops.path], file_ops)
         if not effective:
             continue
@@ -595,34 +571,12 @@ def _only_imports(operation: Operation) -> bool:
 
 
 def _added_item(path: str, data: bytes) -> str:
-    """`- path`, with the first paragraph of its docstring where it is a Python module,
-    the first sentence of its opening comment where it is a CUDA source."""
-    if path.endswith(".cu"):
-        summary = _comment_sentence(data.decode("utf-8"))
-    elif path.endswith(".py"):
+    """`- path`, with the first paragraph of its docstring where it is a Python module."""
+    summary = ""
+    if path.endswith(".py"):
         docstring = ast.get_docstring(ast.parse(data.decode("utf-8")))
         summary = " ".join(docstring.split("\n\n")[0].split()) if docstring else ""
-    else:
-        summary = ""
     return f"- {path}: {summary}" if summary else f"- {path}"
-
-
-def _comment_sentence(text: str) -> str:
-    """The first sentence of the `//` comment a C++ or CUDA file opens with (after its
-    SPDX lines)."""
-    words: list[str] = []
-    for line in text.splitlines():
-        if not line.startswith("//"):
-            break
-        comment = line.removeprefix("//").strip()
-        if comment.startswith("SPDX-") or (not comment and not words):
-            continue
-        if not comment:
-            break
-        words += comment.split()
-    paragraph = " ".join(words)
-    end = paragraph.find(". ")
-    return paragraph if end < 0 else paragraph[: end + 1]
 
 
 def _refill(block: str) -> str:

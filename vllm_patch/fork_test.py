@@ -2,8 +2,8 @@
 
 - `PATH`, landing/test_sr_seed_prefetch.py (CUDA): every seed the SSU hands its
   kernel against stock's `torch.randint` draws.  The designs differ only in how a
-  test opens a forward, and the op: the forward-context design takes the
-  `open_forward` fixture and `pytestmark` of
+  test opens a forward and replays a graph: the forward-context design takes the
+  `open_forward` and `replay` fixtures of
   landing/test_sr_seed_prefetch_forward_context.py.  Where the release
   has FlashInfer's ReplaySSM call, landing/test_sr_seed_prefetch_replayssm.py adds
   that path.

@@ -30,16 +30,12 @@ from . import fork_test, journal, targets, vendor
 from .gitrepo import dirty_paths
 from .releases import Design, Release, pristine_sha256
 from .syntax import FileOperations, SiteError, apply_all, each_edit, revert_all
-from .targets import cmake_lists, ssu_dispatch
+from .targets import ssu_dispatch
 from .tree import Kind, Target
 
 ORIGINALS = "vllm/.sr-prefetch-originals"
 """Where `apply` keeps an installed vLLM's replaced files (inside the package, so that
 they go wherever it goes); `revert` restores them and removes the folder."""
-BUILT_OP = f"vllm/{cmake_lists.EXTENSION}.so"
-"""Where `sr-prefetch build-op` puts the seed op's library in a target, so that `import
-vllm._mamba_sr_C` finds it (a source tree's CMake build installs its own, named with the
-ABI tag, `_mamba_sr_C.abi3.so`); `revert` removes it."""
 
 
 class PatchError(Exception):
@@ -78,7 +74,6 @@ class FileState(str, enum.Enum):
     CHANGED = "changed"
     ADDED = "added"
     KEPT = "kept"
-    BUILT = "built"
     STALE = "stale"
     UNKNOWN = "unknown"
     # revert
@@ -112,10 +107,8 @@ class TreeStatus:
 
 
 def operations(design: Design, target: Target) -> tuple[FileOperations, ...]:
-    """The operations of `design` on `target`'s files (setup.py's where it has one)."""
-    return targets.file_operations(
-        design, target.release, setup_py_present=(target.root / "setup.py").is_file()
-    )
+    """The operations of `design` on `target`'s files."""
+    return targets.file_operations(design, target.release)
 
 
 def patched_text(target: Target, text: str, file_ops: FileOperations) -> str:
@@ -295,7 +288,6 @@ def revert(
             vendor.VENDORED_PACKAGE,
             *sorted({str(Path(path).parent) for path in fork_test.PATHS}),
             ORIGINALS,
-            str(Path(cmake_lists.SOURCE).parent),
         ],
         what=f"revert of the {design} design",
         made=made,
@@ -332,10 +324,7 @@ def status(target: Target) -> TreeStatus:
         return TreeStatus(target, None, [])
     design, changed = applied
     files = [FileReport(path, FileState.CHANGED) for path in changed]
-    files += [
-        FileReport(path, _added_state(path), _BUILT_DETAILS if path == BUILT_OP else [])
-        for path in _added_paths(target.root)
-    ]
+    files += [FileReport(path, _added_state(path)) for path in _added_paths(target.root)]
     try:
         expected = _added_files(target, design)
     except vendor.VendorError as error:
@@ -360,26 +349,17 @@ def status(target: Target) -> TreeStatus:
 
 
 def _added_state(path: str) -> FileState:
-    """How status names a file a design added: kept (an original), built (build-op's
-    library) or added."""
-    if path.startswith(ORIGINALS):
-        return FileState.KEPT
-    return FileState.BUILT if path == BUILT_OP else FileState.ADDED
-
-
-_BUILT_DETAILS = ["the seed op's library, placed by sr-prefetch build-op"]
+    """How status names a file a design added: kept (an original) or added."""
+    return FileState.KEPT if path.startswith(ORIGINALS) else FileState.ADDED
 
 
 def _added_files(target: Target, design: Design) -> dict[str, bytes]:
     """What the design adds: the vendored package, and the fork's tests (fork_test.files)
-    in any target but an installed vLLM; the reset design, in a source tree (setup.py),
-    the seed op's source, which its CMake target builds."""
+    in any target but an installed vLLM."""
     files = vendor.vendored_files(design)
     if target.kind is not Kind.INSTALLED:
         tests = fork_test.files(design, _read(target.root, ssu_dispatch.PATH) or "")
         files.update({path: text.encode("utf-8") for path, text in tests.items()})
-        if design is Design.RESET and (target.root / "setup.py").is_file():
-            files[cmake_lists.SOURCE] = cmake_lists.source_bytes()
     return files
 
 
@@ -416,9 +396,8 @@ def _leftovers(target: Target) -> list[str]:
 
 def _added_paths(root: Path) -> list[str]:
     """The files a design added that are in the tree now: the whole vendored
-    package (whatever runner_hooks held when it was applied), the fork test, the
-    seed op's source in a source tree, an installed vLLM's kept originals, and the
-    library build-op placed."""
+    package (whatever runner_hooks held when it was applied), the fork test, and an
+    installed vLLM's kept originals."""
     paths = []
     for folder in (vendor.VENDORED_PACKAGE, ORIGINALS):
         top = root / folder
@@ -427,9 +406,7 @@ def _added_paths(root: Path) -> list[str]:
             for path in (top.rglob("*") if top.is_dir() else [])
             if path.is_file() and "__pycache__" not in path.parts
         )
-    paths += [
-        path for path in (*fork_test.PATHS, cmake_lists.SOURCE, BUILT_OP) if (root / path).is_file()
-    ]
+    paths += [path for path in fork_test.PATHS if (root / path).is_file()]
     return paths
 
 

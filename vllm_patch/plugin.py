@@ -8,24 +8,23 @@ VLLM_MAMBA_SR_SEED_PREFETCH=1.  With it set, `register` reads the installed vLLM
 version, finds its release in the file patch's table (releases.py), computes in memory,
 with the file patch's own edits (targets/), the text the file patch would write into
 each module it edits, and installs a `sys.meta_path` finder (plugin_attach.py) that
-serves those texts, the modules the patch adds (the vendored unit, vendor.py) and the
-seed op built by `sr-prefetch build-op --plugin` as `vllm._mamba_sr_C`.  So what runs
-is what the file patch runs.  vllm/envs.py is imported before any plugin, so the
-variable is added to its `environment_variables` table and left out of
-`compile_factors`, as the file patch's edit of envs.py does.
+serves those texts and the modules the patch adds (the vendored unit, vendor.py, whose
+Triton kernel draws the seeds: nothing is built).  So what runs is what the file patch
+runs.  vllm/envs.py is imported before any plugin, so the variable is added to its
+`environment_variables` table and left out of `compile_factors`, as the file patch's
+edit of envs.py does.
 
 Where it cannot attach (a release outside the table, a call site that moved, a module
 to serve already imported, a value of the variable that is not an integer) it says so
-in one warning and vLLM runs as stock; without the seed op, or where the file patch is
-applied to the installed vLLM (its kept originals or its vendored package are there),
-in one info line.  A later call in the same process changes nothing and logs nothing new.
+in one warning and vLLM runs as stock; where the file patch is applied to the installed
+vLLM (its kept originals or its vendored package are there), in one info line.  A later
+call in the same process changes nothing and logs nothing new.
 """
 
 from __future__ import annotations
 
 import functools
 import importlib.metadata
-import importlib.util
 import os
 import sys
 from collections.abc import Callable
@@ -34,10 +33,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from . import cache, patch, releases, targets, tree, vendor
+from . import patch, releases, targets, tree, vendor
 from .plugin_attach import PluginFinder, Served, module_name
 from .releases import Design
-from .targets import cmake_lists
 from .targets import envs as envs_target
 
 GROUP = "vllm.general_plugins"
@@ -45,7 +43,6 @@ NAME = "sr_seed_prefetch"
 """The entry point's name: what VLLM_PLUGINS names to load it."""
 VALUE = "vllm_patch.plugin:register"
 VARIABLE = envs_target.VARIABLES[Design.RESET][0]
-EXTENSION = f"vllm.{cmake_lists.EXTENSION}"
 ENGAGED = (
     "sr_seed_prefetch plugin: vLLM %s prefetches Mamba stochastic-rounding seeds (reset "
     "design), its modules served from memory; no file changed."
@@ -79,10 +76,6 @@ class StandsDown(PluginRefused):
     """The file patch is applied to the installed vLLM: it engages by itself."""
 
 
-class NoSeedOp(PluginRefused):
-    """`sr-prefetch build-op --plugin` has not built the seed op for this torch."""
-
-
 @dataclass(frozen=True)
 class Attachment:
     """What the plugin serves to one installed vLLM."""
@@ -93,8 +86,8 @@ class Attachment:
     modules: dict[str, Served]
     """module name -> its file and the text that runs in its place."""
 
-    def finder(self, op: Path) -> PluginFinder:
-        return PluginFinder(self.modules, EXTENSION, op)
+    def finder(self) -> PluginFinder:
+        return PluginFinder(self.modules)
 
 
 def _getters(namespace: dict[str, Any]) -> dict[str, Callable[[], Any]]:
@@ -114,39 +107,6 @@ def is_on() -> bool:
             f"{VARIABLE}={os.environ.get(VARIABLE)!r} is not an integer: set it to 1 to "
             "engage the seed prefetch, or unset it"
         ) from None
-
-
-def torch_version() -> str | None:
-    """The installed torch's version: its distribution's, read without importing it,
-    else (a torch without pip's metadata) its `__version__`; None without torch."""
-    try:
-        return importlib.metadata.version("torch")
-    except importlib.metadata.PackageNotFoundError:
-        if importlib.util.find_spec("torch") is None:
-            return None
-        import torch
-
-        return str(torch.__version__)
-
-
-def op_path() -> Path | None:
-    """Where `sr-prefetch build-op --plugin` puts the seed op for the installed torch
-    (cache.plugin_op_path), or None without torch."""
-    version = torch_version()
-    return None if version is None else cache.plugin_op_path(version)
-
-
-def built_op() -> Path:
-    """The seed op that `sr-prefetch build-op --plugin` built for the installed torch;
-    NoSeedOp where there is none."""
-    op = op_path()
-    if op is None or not op.is_file():
-        raise NoSeedOp(
-            "the sr_seed_prefetch plugin finds no seed op "
-            f"{'' if op is None else f'at {op} '}for this torch: build it with "
-            "`sr-prefetch build-op --plugin`"
-        )
-    return op
 
 
 def file_patch_marker(root: Path) -> Path | None:
@@ -181,7 +141,7 @@ def attachment(root: Path) -> Attachment:
         raise UnsupportedVersion(f"{error}; the plugin supports {releases.supported()}") from None
     target = tree.Target(root, tree.Kind.INSTALLED, version, release)
     modules: dict[str, Served] = {}
-    for file_ops in targets.file_operations(Design.RESET, release, setup_py_present=False):
+    for file_ops in targets.file_operations(Design.RESET, release):
         if file_ops.path == envs_target.PATH:
             continue  # imported before plugins load: register() adds the variable
         file = root / file_ops.path
@@ -237,7 +197,7 @@ def engage(root: Path) -> Attachment:
     with nothing changed, where it cannot; else adds the variable to vllm.envs and
     puts the finder first on sys.meta_path."""
     found = attachment(root)
-    imported = sorted(name for name in [*found.modules, EXTENSION] if name in sys.modules)
+    imported = sorted(name for name in found.modules if name in sys.modules)
     if imported:
         raise AlreadyImported(
             f"{', '.join(imported)} {'was' if len(imported) == 1 else 'were'} imported before "
@@ -245,11 +205,10 @@ def engage(root: Path) -> Attachment:
             f"{'it' if len(imported) == 1 else 'them'}: import vLLM's model code only "
             "after vLLM has loaded its plugins"
         )
-    op = built_op()
     import vllm.envs
 
     _declare_variable(vllm.envs)
-    sys.meta_path.insert(0, found.finder(op))
+    sys.meta_path.insert(0, found.finder())
     return found
 
 
@@ -268,8 +227,6 @@ def register() -> None:
     except PluginRefused as refusal:
         if isinstance(refusal, StandsDown):
             logger.info_once("%s", str(refusal))
-        elif isinstance(refusal, NoSeedOp):
-            logger.info_once("%s is set but unused: %s", VARIABLE, str(refusal))
         else:
             logger.warning_once(
                 "%s is set but unused: the sr_seed_prefetch plugin does not attach, vLLM "
@@ -290,7 +247,7 @@ def entry_point_installed() -> bool:
 
 def describe(root: Path) -> str:
     """`sr-prefetch status`'s word on the plugin for the vLLM this Python imports, at
-    `root`: its entry point, whether it would engage, and its seed op."""
+    `root`: its entry point, and whether it would engage."""
     installed = entry_point_installed()
     parts = [
         f"entry point {NAME} "
@@ -303,8 +260,6 @@ def describe(root: Path) -> str:
     try:
         on = is_on()
         found = attachment(root)
-        if on:
-            built_op()
     except PluginRefused as refusal:
         parts.append(f"does not attach: {refusal}")
     else:
@@ -315,11 +270,4 @@ def describe(root: Path) -> str:
             parts.append(f"engages: {where} served")
         else:
             parts.append(f"would engage where vLLM loads it: {where} found")
-    op = op_path()
-    if op is None:
-        parts.append("seed op: torch is not installed")
-    elif op.is_file():
-        parts.append(f"seed op built ({op})")
-    else:
-        parts.append("seed op not built (sr-prefetch build-op --plugin)")
     return "; ".join(parts)

@@ -2,12 +2,12 @@
 finder that serves vLLM's modules as the file patch would have written them.
 
 It holds, for each module it serves, the file the module would come from and the text
-to run in its place (the file patch's edited text, or a module the patch adds), and it
-serves the seed op's library as `vllm._mamba_sr_C`.  Every other import goes on to
-Python's own finders.  Nothing is written: no file, no bytecode (the loader has no
-`path_stats`, so importlib neither reads nor writes a `.pyc` for these modules; a
-stock `.pyc` beside the file is not used).  Each served text is put in `linecache`
-under its file's path, so tracebacks and `inspect` show the lines that run.
+to run in its place (the file patch's edited text, or a module the patch adds).  Every
+other import goes on to Python's own finders.  Nothing is written: no file, no bytecode
+(the loader has no `path_stats`, so importlib neither reads nor writes a `.pyc` for
+these modules; a stock `.pyc` beside the file is not used).  Each served text is put
+in `linecache` under its file's path, so tracebacks and `inspect` show the lines that
+run.
 """
 
 from __future__ import annotations
@@ -74,18 +74,10 @@ class ServedLoader(importlib.abc.SourceLoader):
 
 
 class PluginFinder(importlib.abc.MetaPathFinder):
-    """Finds the served modules, and `extension_name` at `extension` (a compiled
-    library), before Python's own finders do."""
+    """Finds the served modules before Python's own finders do."""
 
-    def __init__(
-        self,
-        modules: Mapping[str, Served],
-        extension_name: str,
-        extension: Path,
-    ) -> None:
+    def __init__(self, modules: Mapping[str, Served]) -> None:
         self.modules = dict(modules)
-        self.extension_name = extension_name
-        self.extension = extension
 
     def find_spec(
         self,
@@ -93,9 +85,6 @@ class PluginFinder(importlib.abc.MetaPathFinder):
         path: Sequence[str] | None = None,
         target: ModuleType | None = None,
     ) -> importlib.machinery.ModuleSpec | None:
-        if fullname == self.extension_name:
-            loader = importlib.machinery.ExtensionFileLoader(fullname, str(self.extension))
-            return importlib.util.spec_from_file_location(fullname, self.extension, loader=loader)
         served = self.modules.get(fullname)
         if served is None:
             return None
@@ -107,5 +96,5 @@ class PluginFinder(importlib.abc.MetaPathFinder):
         )
 
     def names(self) -> list[str]:
-        """Every module it serves, the extension's too."""
-        return sorted([*self.modules, self.extension_name])
+        """Every module it serves."""
+        return sorted(self.modules)

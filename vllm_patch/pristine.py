@@ -1,8 +1,7 @@
 """Writes pristine_sha256.json: the sha256 of each file the patch changes, as each
-release ships it (setup.py and CMakeLists.txt in its sdist, the rest in its wheel); run
-`python -m vllm_patch.pristine` after a release is added to releases.RELEASES.  A
-module of its own, as it needs both the release table and the targets, which import
-the table."""
+release ships it in its wheel; run `python -m vllm_patch.pristine` after a release is
+added to releases.RELEASES.  A module of its own, as it needs both the release table
+and the targets, which import the table."""
 
 from __future__ import annotations
 

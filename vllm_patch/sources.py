@@ -21,8 +21,8 @@ class FetchError(Exception):
 
 
 BUILD_FILES = ("setup.py", "CMakeLists.txt")
-"""The files of a pristine tree that come from the release's sdist: what the reset design
-edits in a source tree (targets/setup_py.py, targets/cmake_lists.py)."""
+"""The files of a pristine tree that come from the release's sdist: a source tree's build
+files, there as a fork's checkout has them (neither design edits them)."""
 
 
 def pristine_tree(release: Release = releases.NEWEST) -> Path:

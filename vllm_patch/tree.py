@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import releases
-from .cache import cache_dir as cache_dir  # build_op.py and precommit.py read it here
+from .cache import cache_dir as cache_dir  # precommit.py reads it here
 from .gitrepo import GIT_IDENTITY as GIT_IDENTITY  # precommit.py reads it here
 from .gitrepo import describe, is_git_worktree
 from .releases import Release

@@ -4,9 +4,9 @@ A design vendors the modules its unit reaches: the relative-import closure of th
 unit's `__init__.py` (`UNITS`).  They land flat in one package inside vLLM, so an
 import of another unit's module (`from ..core.prefetch import ...`) becomes a
 sibling's (`from .prefetch import ...`).  The modules carry vLLM's SPDX header
-themselves; vendoring swaps `logging.getLogger` for vLLM's `init_logger` and
-refuses a file that names anything outside vLLM.  No CUDA source is vendored: a source
-tree builds the seed op with its CMake (targets/cmake_lists.py).
+themselves; vendoring swaps `logging.getLogger` for vLLM's `init_logger`,
+swaps Triton's imports for `vllm.triton_utils`'s, and refuses a file that names
+anything outside vLLM.
 """
 
 from __future__ import annotations
@@ -46,6 +46,8 @@ CONSTANTS: dict[str, dict[str, str]] = {}
 _LOGGER_STDLIB = "logger = logging.getLogger(__name__)"
 _LOGGER_VLLM = "logger = init_logger(__name__)"
 _INIT_LOGGER_IMPORT = "from vllm.logger import init_logger\n"
+_TRITON_IMPORTS = "import triton\nimport triton.language as tl\n"
+_TRITON_UTILS_IMPORT = "from vllm.triton_utils import tl, triton\n"
 
 
 class VendorError(Exception):
@@ -127,6 +129,8 @@ def vendor_module(text: str, origin: str) -> str:
         raise VendorError(f"{origin} must open with vLLM's SPDX header:\n{SPDX_HEADER}")
     if _LOGGER_STDLIB in text:
         text = _use_init_logger(text, tree, origin)
+    if _TRITON_IMPORTS in text:
+        text = _use_triton_utils(text, origin)
     return text
 
 
@@ -210,7 +214,29 @@ def _use_init_logger(text: str, tree: ast.Module, origin: str) -> str:
     uses_logging_otherwise = (
         sum(isinstance(node, ast.Name) and node.id == "logging" for node in ast.walk(tree)) > 1
     )
-    lines = text.splitlines(keepends=True)
+    lines = _insert_first_party(text.splitlines(keepends=True), tree, _INIT_LOGGER_IMPORT, origin)
+    if not uses_logging_otherwise:
+        lines = _drop_line(lines, "import logging\n", origin)
+    return "".join(lines).replace(_LOGGER_STDLIB, _LOGGER_VLLM)
+
+
+def _use_triton_utils(text: str, origin: str) -> str:
+    """`import triton` and `triton.language as tl` -> vLLM's `vllm.triton_utils`, which
+    stands in placeholders where Triton is not installed, imports kept sorted."""
+    if text.count(_TRITON_IMPORTS) != 1 or text.count("import triton") != 2:
+        raise VendorError(
+            f"{origin}: import Triton once, as `{_TRITON_IMPORTS.strip()}` on two lines"
+        )
+    text = text.replace(_TRITON_IMPORTS, "")
+    lines = _insert_first_party(
+        text.splitlines(keepends=True), parse(text), _TRITON_UTILS_IMPORT, origin
+    )
+    return "".join(lines)
+
+
+def _insert_first_party(lines: list[str], tree: ast.Module, line: str, origin: str) -> list[str]:
+    """`lines` with the vllm import `line` where vLLM's isort puts it: after the
+    third-party imports, before the local ones, in a section of its own."""
     top_imports = [node for node in tree.body if isinstance(node, ast.Import | ast.ImportFrom)]
     first_local = next(
         (node for node in top_imports if isinstance(node, ast.ImportFrom) and node.level > 0),
@@ -219,15 +245,13 @@ def _use_init_logger(text: str, tree: ast.Module, origin: str) -> str:
     if first_local is not None:
         # First-party vllm sorts after third-party and before the local section.
         index = first_local.lineno - 1
-        lines[index:index] = [_INIT_LOGGER_IMPORT, "\n"]
+        lines[index:index] = [line, "\n"]
     elif top_imports:
         index = max(node.end_lineno or node.lineno for node in top_imports)
-        lines[index:index] = ["\n", _INIT_LOGGER_IMPORT]
+        lines[index:index] = ["\n", line]
     else:
-        raise VendorError(f"{origin} has a logger but no top-level imports")
-    if not uses_logging_otherwise:
-        lines = _drop_line(lines, "import logging\n", origin)
-    return "".join(lines).replace(_LOGGER_STDLIB, _LOGGER_VLLM)
+        raise VendorError(f"{origin} has no top-level imports to place {line.strip()!r} by")
+    return lines
 
 
 def _drop_line(lines: list[str], line: str, origin: str) -> list[str]:

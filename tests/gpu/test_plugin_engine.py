@@ -15,8 +15,7 @@ control's state differs; the plugin's engine logs the plugin's line and the pref
 engagement line, stock's neither.
 
 Needs the stock vLLM copy named in $SR_ENGINE_SITES (`stock=/tmp/site`), this package
-pip-installed in the engine's Python (its entry point), and the seed op built by
-`sr-prefetch build-op --plugin` under the same $SR_PREFETCH_CACHE; the command is in
+pip-installed in the engine's Python (its entry point); the command is in
 vllm_patch/PLUGIN.md.  Records go to $OUT/engine/identity.json.  With SR_ENGINE_RECORDS
 naming such a file, or a committed bench/results/engine-*-plugin*.identity.json, the same
 verdicts are judged from its records on any machine (cells it lacks skip; the check of
@@ -77,10 +76,6 @@ def identity() -> dict[str, Any]:
             "package (pip install --no-deps --no-build-isolation -e .)",
             pytrace=False,
         )
-    try:
-        plugin.built_op()
-    except plugin.NoSeedOp as error:
-        pytest.fail(str(error), pytrace=False)
     found = run(settings, arms=(STOCK, STOCK_AGAIN, PLUGIN, CONTROL), modes=MODES)
     return {**found, "site": settings.sites["stock"]}
 

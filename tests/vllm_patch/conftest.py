@@ -56,11 +56,3 @@ def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     folder.mkdir()
     monkeypatch.setenv("SR_PREFETCH_CACHE", str(folder))
     return folder
-
-
-@pytest.fixture
-def cuda_torch(monkeypatch: pytest.MonkeyPatch) -> None:
-    """This torch taken for a CUDA build (the build itself is faked where it is used)."""
-    import torch
-
-    monkeypatch.setattr(torch.version, "cuda", "13.0")

@@ -14,7 +14,6 @@ import ast
 import collections
 import hashlib
 import re
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -38,13 +37,10 @@ from vllm_patch.cache import pristine_path
 from vllm_patch.designs import DESIGNS
 from vllm_patch.releases import NEWEST, Design, Site
 from vllm_patch.targets import (
-    cmake_lists,
-    custom_ops,
     envs,
     mamba_mixer2,
     mamba_ssm,
     replayssm_triton,
-    setup_py,
     ssu_dispatch,
     v1_runner,
     v2_cudagraph,
@@ -61,16 +57,13 @@ def changed_files(root: Path) -> set[str]:
 
 def changed_paths(design: Design) -> set[str]:
     """The existing files `design` changes in the newest release."""
-    return {
-        file_ops.path for file_ops in targets.file_operations(design, NEWEST, setup_py_present=True)
-    }
+    return {file_ops.path for file_ops in targets.file_operations(design, NEWEST)}
 
 
 def added_paths(design: Design = Design.RESET) -> set[str]:
     """The files `design` adds to a git source tree: the vendored package and the fork's
-    tests; the reset design, the seed op's source too (its CMake target builds it)."""
-    source = {cmake_lists.SOURCE} if design is Design.RESET else set()
-    return set(vendor.vendored_files(design)) | set(fork_test.files(design, "")) | source
+    tests."""
+    return set(vendor.vendored_files(design)) | set(fork_test.files(design, ""))
 
 
 @pytest.fixture
@@ -118,16 +111,13 @@ def test_the_reset_design_edits_the_runners_and_forward_context_does_not() -> No
         mamba_ssm.PATH,
         replayssm_triton.PATH,
         mamba_mixer2.PATH,
-    }  # no _custom_ops.py, CMakeLists.txt or setup.py: it has no seed op
-    # In an installed vLLM (no setup.py) the reset design wraps the op, and builds nothing.
-    installed = targets.file_operations(Design.RESET, NEWEST, setup_py_present=False)
-    assert custom_ops.PATH in {fo.path for fo in installed}
-    assert not {cmake_lists.PATH, setup_py.PATH} & {fo.path for fo in installed}
+    }
+    # Neither design edits a build file or _custom_ops.py: neither has a compiled op.
+    for design in Design:
+        assert not {"setup.py", "CMakeLists.txt", "vllm/_custom_ops.py"} & changed_paths(design)
     forward_context_sites = {
         operation.site
-        for file_ops in targets.file_operations(
-            Design.FORWARD_CONTEXT, NEWEST, setup_py_present=True
-        )
+        for file_ops in targets.file_operations(Design.FORWARD_CONTEXT, NEWEST)
         for operation in file_ops.operations
     }
     assert forward_context_sites == {None}
@@ -141,7 +131,7 @@ def test_check_says_per_file_what_apply_would_do(
     status, out = run(capsys, "check", small_tree, "--design", design)
     assert status == 0, out
     assert f"The {design} design would apply cleanly to vLLM {NEWEST.version}" in out
-    for file_ops in targets.file_operations(design, NEWEST, setup_py_present=True):
+    for file_ops in targets.file_operations(design, NEWEST):
         assert f"would change   {file_ops.path}" in out
         # Each operation's reason, and where in the file it lands.
         assert all(f"{operation.why} (" in out for operation in file_ops.operations)
@@ -213,9 +203,13 @@ def test_export_applies_with_git_am_and_gives_the_same_files(
     fresh = small_tree
     git(fresh, "-c", "user.name=t", "-c", "user.email=t@t", "am", "-q", "--keep-non-patch", mail)
     assert git(fresh, "status", "--porcelain", "-uall") == ""
+    # No build file, no CUDA source, no op wrapper: nothing to compile.
+    touched = git(fresh, "diff", "--name-only", "HEAD~1").split()
+    assert not {"setup.py", "CMakeLists.txt", "vllm/_custom_ops.py"} & set(touched), touched
+    assert not [path for path in touched if path.startswith("csrc/") or path.endswith(".cu")]
     # The message is the release's and the design's, built from what the commit holds.
     added = git(fresh, "diff", "--name-only", "--diff-filter=A", "HEAD~1").split()
-    subject = designs.subject({path: b"" for path in added})
+    subject = designs.subject({path: (fresh / path).read_bytes() for path in added})
     assert (
         subject.startswith("[Perf] ") and git(fresh, "log", "-1", "--format=%s") == subject + "\n"
     )
@@ -415,7 +409,7 @@ def test_status_of_an_unpatched_tree_names_its_base_not_a_patch(
     assert "Patched" not in out
 
 
-@pytest.mark.parametrize("command", ["check", "revert", "status", "build-op"])
+@pytest.mark.parametrize("command", ["check", "revert", "status"])
 def test_usage_shows_path_or_installed_as_required_and_every_option(
     command: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -423,15 +417,14 @@ def test_usage_shows_path_or_installed_as_required_and_every_option(
         cli.main([command, "--help"])
     usage, _, options = capsys.readouterr().out.partition("\n\n")
     usage = " ".join(usage.split())
-    targets = "(PATH | --installed | --plugin)" if command == "build-op" else "(PATH | --installed)"
-    assert usage.startswith(f"usage: sr-prefetch {command} [-h] {targets} "), usage
+    assert usage.startswith(f"usage: sr-prefetch {command} [-h] (PATH | --installed) "), usage
     assert all(option in usage for option in set(re.findall(r"--[a-z-]+", options)) - {"--help"})
     # and one of them is indeed required
     assert cli.main([command]) == 1
     assert f"sr-prefetch {command} needs PATH or --installed" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("command", ["apply", "check", "revert", "status", "export", "build-op"])
+@pytest.mark.parametrize("command", ["apply", "check", "revert", "status", "export"])
 def test_the_base_option_is_described_in_a_sentence(
     command: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -622,138 +615,3 @@ def test_a_tree_outside_git_is_patched_and_reverted(
     assert (plain / fork_test.PATH).is_file()
     assert run(capsys, "revert", plain)[0] == 0
     assert snapshot(plain) == before
-
-
-# --- build-op: the seed op of a vLLM without a build step ------------------------------------
-
-
-def test_build_op_refuses_the_forward_context_design_which_has_no_kernel(
-    small_tree: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    assert run(capsys, "apply", small_tree, "--design", "forward-context")[0] == 0
-    status, out = run(capsys, "build-op", small_tree, "--arch", "9.0")
-    assert status == 1 and "only the reset design builds one" in out, out
-
-
-def test_build_op_refuses_a_tree_without_the_patch(
-    small_tree: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    status, out = run(capsys, "build-op", small_tree, "--arch", "9.0")
-    assert status == 1 and "no sr-prefetch design is applied" in out, out
-    # The hint names the tree (without it, apply would patch the cache's pristine tree).
-    assert f"apply one first: sr-prefetch apply {small_tree.resolve()}\n" in out, out
-    assert changed_files(small_tree) == set()
-
-
-def test_build_op_builds_runner_hooks_source_as_vllms_extension_and_places_it(
-    small_tree: Path,
-    cache: Path,
-    cuda_torch: None,
-    capsys: pytest.CaptureFixture[str],
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """runner_hooks' source, built under the name _mamba_sr_C (its TORCH_EXTENSION_NAME,
-    the op's namespace, and its PyInit__mamba_sr_C are vLLM's) in sr-prefetch's cache,
-    for the architectures named; placed as vllm/_mamba_sr_C.so, listed by status as
-    built, removed by revert."""
-    from runner_hooks.core import seed_kernel
-
-    assert run(capsys, "apply", small_tree)[0] == 0
-    built: list[tuple[list[tuple[int, int]], str | None, Path | None]] = []
-
-    def build_library(caps, *, name=None, build_directory=None):  # type: ignore[no-untyped-def]
-        built.append((caps, name, build_directory))
-        library = build_directory / f"{name}.so"
-        library.write_bytes(b"\x7fELF the library")
-        return library
-
-    monkeypatch.setattr(seed_kernel, "build_library", build_library)
-    status, out = run(capsys, "build-op", small_tree, "--arch", "9.0", "--arch", "10.0")
-    assert status == 0, out
-    [(capabilities, name, directory)] = built
-    assert capabilities == [(9, 0), (10, 0)] and name == "_mamba_sr_C"
-    assert directory == cache / "build-op" / seed_kernel.build_name(capabilities)
-    placed = small_tree / patch.BUILT_OP
-    assert placed.read_bytes() == b"\x7fELF the library"
-    assert f"Built {directory / '_mamba_sr_C.so'} and placed it as {placed}" in out, out
-    assert "a source tree's own CUDA build makes vllm._mamba_sr_C" in out  # it has setup.py
-
-    status, out = run(capsys, "status", small_tree)
-    assert status == 0 and f"  built          {patch.BUILT_OP}\n" in out, out
-    assert "stale" not in out
-    status, out = run(capsys, "revert", small_tree)
-    assert status == 0 and f"removed        {patch.BUILT_OP}" in out, out
-    assert changed_files(small_tree) == set()
-
-
-def test_a_placed_library_without_the_design_is_a_leftover(
-    small_tree: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    (small_tree / patch.BUILT_OP).write_bytes(b"\x7fELF")
-    status, out = run(capsys, "status", small_tree)
-    assert status == 1 and "partly patched" in out and f"{patch.BUILT_OP} exists" in out, out
-
-
-def test_build_op_says_why_it_cannot_build(
-    small_tree: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """Here: torch without CUDA, in one line; elsewhere, no nvcc, with the compiler's
-    errors."""
-    import torch
-
-    assert run(capsys, "apply", small_tree)[0] == 0
-    status, out = run(capsys, "build-op", small_tree, "--arch", "9.0")
-    if status == 0:
-        pytest.skip("the seed op builds on this machine")
-    assert status == 1 and out.count("sr-prefetch: ") == 1, out
-    if torch.version.cuda is None:
-        assert out.count("\n") == 1 and "was built without CUDA" in out, out
-        assert f"torch=={NEWEST.torch}" in out
-    else:
-        assert "nvcc" in out or "failed" in out, out
-    assert not (small_tree / patch.BUILT_OP).exists()
-
-
-def test_build_op_without_torch_says_what_to_install_without_a_traceback(
-    small_tree: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    assert run(capsys, "apply", small_tree)[0] == 0
-    monkeypatch.setitem(sys.modules, "torch", None)  # None: "cannot be imported"
-    status, out = run(capsys, "build-op", small_tree, "--arch", "9.0")
-    assert status == 1, out
-    assert out.count("\n") == 1 and out.startswith("sr-prefetch: build-op compiles with torch")
-    assert f"pip install torch=={NEWEST.torch}" in out
-
-
-def test_build_op_without_a_gpu_asks_for_the_architectures(
-    small_tree: Path,
-    cuda_torch: None,
-    capsys: pytest.CaptureFixture[str],
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    import torch
-
-    assert run(capsys, "apply", small_tree)[0] == 0
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    status, out = run(capsys, "build-op", small_tree)
-    assert status == 1 and out.count("\n") == 1 and "--arch" in out, out
-
-
-def test_build_op_refuses_a_stale_vendored_copy(
-    small_tree: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    assert run(capsys, "apply", small_tree)[0] == 0
-    kernel = small_tree / vendor.VENDORED_PACKAGE / "reset.py"
-    kernel.write_text(kernel.read_text() + "# an old copy\n")
-    status, out = run(capsys, "build-op", small_tree, "--arch", "9.0")
-    assert status == 1 and "stale" in out and "sr-prefetch revert" in out, out
-
-
-@pytest.mark.parametrize("bad", ["90", "sm_90", "9.x", ""])
-def test_build_op_refuses_a_malformed_arch(
-    bad: str, small_tree: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    with pytest.raises(SystemExit) as exit_info:
-        cli.main(["build-op", str(small_tree), "--arch", bad])
-    assert exit_info.value.code == 2
-    assert "not a compute capability" in capsys.readouterr().err

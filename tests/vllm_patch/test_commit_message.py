@@ -48,7 +48,7 @@ def problems(
     leaves out."""
     patched = {
         fo.path: apply_all(originals[fo.path], fo)
-        for fo in targets.file_operations(design, release, setup_py_present="setup.py" in originals)
+        for fo in targets.file_operations(design, release)
     }
     changed = {path for path, text in patched.items() if text != originals[path]}
     files = changed | set(added)
@@ -56,7 +56,7 @@ def problems(
     found = []
     named = set(FILE.findall(text))
     for name in sorted(named):
-        # A file is named by its path, or by the end of it (its name, csrc/its name).
+        # A file is named by its path, or by the end of it (its name).
         if not any(f == name or f.endswith("/" + name) for f in files):
             found.append(f"names {name}, which the patch neither changes nor adds")
     found += [f"does not name {path}" for path in sorted(files - named)]
@@ -67,7 +67,7 @@ def problems(
     found += [f"does not name {var}" for var in sorted(added_vars - named_vars)]
     hooked = {
         op.site
-        for fo in targets.file_operations(design, release, setup_py_present="setup.py" in originals)
+        for fo in targets.file_operations(design, release)
         for op in fo.operations
         if op.site is not None
     }
@@ -85,11 +85,9 @@ def release_originals(release: releases.Release) -> dict[str, str]:
 
 
 def added_files(design: Design, release: releases.Release) -> dict[str, bytes]:
-    """What the patch adds to a source tree (a git tree with setup.py: the vendored
-    package, the fork's test and, for the reset design, the seed op's source), as
-    patch.py computes it."""
+    """What the patch adds to a source tree (a git tree: the vendored package and the
+    fork's tests), as patch.py computes it."""
     with tempfile.TemporaryDirectory() as root:
-        (Path(root) / "setup.py").write_text("")
         target = tree.Target(Path(root), tree.Kind.GIT, release.version, release)
         return patch._added_files(target, design)
 
@@ -150,10 +148,7 @@ EXTERNAL_NAMES = {
     # torch's, CUDA's and vLLM's user-facing names, which no edit of the patch decides.
     "torch.randint",
     "torch.compile",
-    "torch.utils.cpp_extension",
-    "Generator::philox_state",
-    "get_default_generator",
-    "_C_stable_libtorch",
+    "tl.philox",
     "FULL_AND_PIECEWISE",
     "VLLM_MAMBA_SR_SEED_PREFETCH",
 }
@@ -226,15 +221,18 @@ def test_the_subject_has_a_vllm_tag_that_git_am_keeps_with_keep_non_patch(descri
         assert subject.startswith("[Perf] ") and not subject.startswith("[Mamba]")
         assert len(subject) <= 72, subject
         assert designs.subject_tag(design) == "[Perf]"
-        kernel = any(path.endswith(".cu") for path in added)
+        # The reset design vendors the Triton seed kernel; the forward-context design
+        # draws with torch.randint.
+        kernel = any(b"@triton.jit" in data for path, data in added.items() if path.endswith(".py"))
+        assert kernel == (design is Design.RESET), (version, design)
         assert subject.endswith("in one kernel") == kernel, (version, design)
 
 
 def test_the_sections_are_there_in_order(described) -> None:
-    for version, design, message, added in described:
+    for version, design, message, _ in described:
         lines = message.splitlines()
         heads = [*SECTIONS, GATING]
-        if any(path.endswith(".cu") for path in added):
+        if design is Design.RESET:  # the seed kernel's: nothing to build
             heads.append("Build")
         positions = [lines.index(head) for head in heads]
         assert positions == sorted(positions), (version, design)
@@ -337,25 +335,32 @@ def test_the_test_coverage_claimed_is_what_the_release_can_have(described) -> No
 
 
 def test_the_message_follows_a_different_set_of_added_files() -> None:
-    """Another layout of the added files (one module instead of a package, the CUDA
-    source in csrc/ built by CMake, a _custom_ops wrapper): the prose names none of
-    today's files, says what the build now is, and names the target only where the
-    derived lists do."""
+    """Another layout of the added files (one module instead of a package, the Triton
+    kernel in it): the prose names none of today's files, and says the change has
+    nothing to build; without the kernel, the seeds are drawn up front and no Build
+    section is there."""
     release = releases.NEWEST
     originals = release_originals(release)
     today = added_files(Design.RESET, release)
     module = (
         '"""The Mamba SR seed prefetch: one function the model runners call per forward, '
-        'and the seeds drawn by the _mamba_sr_C op."""\n'
+        'and the seeds drawn by one Triton kernel."""\n'
+        "@triton.jit\n"
+        "def _seeds(out_ptr):\n"
+        "    pass\n"
     )
     added = {
         fork_test.PATH: today[fork_test.PATH],
         "vllm/model_executor/layers/mamba/ops/sr_seed_prefetch.py": module.encode(),
-        "csrc/mamba/stock_seeds.cu": b"// the seed kernel\n",
     }
     message = designs.commit_message(Design.RESET, release, originals, added)
     assert unconfirmed_names(message) == []
     assert problems(message, release, Design.RESET, originals, added) == []
     text = " ".join(message.split())
-    assert "small non-stable CMake target (_mamba_sr_C), built once with the wheel" in text
-    assert "seed_kernel.py" not in prose_and_derived(message)[0]
+    assert message.splitlines()[0].endswith("in one kernel")
+    assert "Nothing to build: the seeds are drawn by one Triton kernel outside every" in text
+    assert "randint_seeds.py" not in prose_and_derived(message)[0]
+    without = {path: data.replace(b"@triton.jit", b"@cache") for path, data in added.items()}
+    message = designs.commit_message(Design.RESET, release, originals, without)
+    assert message.splitlines()[0].endswith("up front")
+    assert "Build" not in message.splitlines()

@@ -22,7 +22,6 @@ import pytest
 from tests.vllm_patch.helpers import run, snapshot
 from vllm_patch import cache, fork_test, patch, releases, sources, targets, tree, vendor
 from vllm_patch.releases import Design
-from vllm_patch.targets import cmake_lists, custom_ops, setup_py
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -156,16 +155,15 @@ def test_installed_finds_the_vllm_this_python_imports(site_026: Path) -> None:
 def test_a_pip_installed_vllm_is_patched_and_given_back_byte_for_byte(
     pip_installed_033: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # An installed vLLM has no setup.py or CMakeLists.txt: their edits are left out, not
-    # reported missing, and so is the seed op's source; _custom_ops.py gets its wrapper.
-    build_files = (setup_py.PATH, cmake_lists.PATH)
-    assert not any((pip_installed_033 / path).exists() for path in build_files)
-    watched = [path for path in targets.PATHS if path not in build_files] + ["vllm/__init__.py"]
+    # An installed vLLM has no setup.py or CMakeLists.txt, and the patch needs neither: it
+    # compiles nothing, and leaves _custom_ops.py as it is.
+    assert not any((pip_installed_033 / path).exists() for path in ("setup.py", "CMakeLists.txt"))
+    watched = [*targets.PATHS, "vllm/_custom_ops.py", "vllm/__init__.py"]
     before = {path: (pip_installed_033 / path).read_bytes() for path in watched}
     status, out = run(capsys, "apply", pip_installed_033)
     assert status == 0 and "vLLM 0.33.0 (installed vLLM)" in out, out
-    assert f"changed        {custom_ops.PATH}" in out and cmake_lists.SOURCE not in out, out
-    assert not (pip_installed_033 / cmake_lists.SOURCE).exists()
+    assert "_custom_ops.py" not in out and "missing" not in out, out
+    assert (pip_installed_033 / "vllm/_custom_ops.py").read_bytes() == before["vllm/_custom_ops.py"]
     assert run(capsys, "check", pip_installed_033)[1].count("already applied") == 1
     status, out = run(capsys, "revert", pip_installed_033)
     assert status == 0, out

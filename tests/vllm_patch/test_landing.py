@@ -45,7 +45,7 @@ def test_the_patched_lines_fit_88_columns_in_the_newest_release() -> None:
     release = releases.NEWEST
     files = sources.release_files(release, targets.PATHS)
     for design in releases.Design:
-        for file_ops in targets.file_operations(design, release, setup_py_present=True):
+        for file_ops in targets.file_operations(design, release):
             before = set(files[file_ops.path].decode().splitlines())
             after = apply_all(files[file_ops.path].decode(), file_ops).splitlines()
             added = [line for line in after if line not in before]

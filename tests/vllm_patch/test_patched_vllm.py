@@ -104,7 +104,7 @@ def runner_call_sites() -> list:
     params = []
     for version in RELEASES:
         release = releases.get(version)
-        for file_ops in targets.file_operations(Design.RESET, release, setup_py_present=False):
+        for file_ops in targets.file_operations(Design.RESET, release):
             for index, operation in enumerate(file_ops.operations):
                 if operation.site is not None:
                     params.append(

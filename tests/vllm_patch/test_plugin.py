@@ -22,7 +22,7 @@ import pytest
 
 from tests.test_readme_commands import _blocks, _lines, sr_prefetch_commands
 from tests.vllm_patch.helpers import run, tree_files
-from vllm_patch import cache, cli, plugin, releases, sources, targets, tree, vendor
+from vllm_patch import cli, plugin, releases, sources, targets, tree, vendor
 from vllm_patch.plugin_attach import PluginFinder, Served, module_name
 from vllm_patch.releases import RELEASES, Design
 from vllm_patch.targets import envs as envs_target
@@ -46,7 +46,7 @@ def edited_paths(release: releases.Release) -> list[str]:
     (register() adds its variable)."""
     return [
         fo.path
-        for fo in targets.file_operations(Design.RESET, release, setup_py_present=False)
+        for fo in targets.file_operations(Design.RESET, release)
         if fo.path != envs_target.PATH
     ]
 
@@ -65,21 +65,9 @@ def clean_process(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))
     monkeypatch.setattr(vllm.envs, "environment_variables", dict(vllm.envs.environment_variables))
     monkeypatch.setattr(vllm.envs, "compile_factors", vllm.envs.compile_factors)
-    for name in [*plugin.attachment(tree.installed_root()).modules, plugin.EXTENSION]:
+    for name in plugin.attachment(tree.installed_root()).modules:
         monkeypatch.delitem(sys.modules, name, raising=False)
     yield
-
-
-@pytest.fixture
-def op(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A stand-in for the seed op where build-op --plugin would put it (register checks
-    that it is there; these tests never import it)."""
-    monkeypatch.setenv("SR_PREFETCH_CACHE", str(tmp_path / "cache"))
-    path = plugin.op_path()
-    assert path is not None
-    path.parent.mkdir(parents=True)
-    path.write_bytes(b"")
-    return path
 
 
 def registered(
@@ -121,7 +109,6 @@ def test_every_release_serves_what_apply_writes(
 
 def test_a_moved_site_is_refused_in_one_line(
     root_033: Path,
-    op: Path,
     clean_process: None,
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
@@ -176,21 +163,24 @@ def test_a_release_outside_the_table_is_refused(root_033: Path, version: str) ->
     assert "\n" not in str(refused.value) and releases.supported() in str(refused.value)
 
 
-def test_engages_once(
+def test_engages_once_with_nothing_built(
     root_033: Path,
-    op: Path,
+    tmp_path: Path,
     clean_process: None,
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
+    """An empty sr-prefetch cache: the plugin has nothing to build or find there."""
     import vllm.envs
 
+    monkeypatch.setenv("SR_PREFETCH_CACHE", str(tmp_path / "empty"))
     monkeypatch.setenv(plugin.VARIABLE, "1")
     lines = registered(root_033, monkeypatch, caplog, calls=3)
     assert len(lines) == 1 and "0.33.0" in lines[0] and "no file changed" in lines[0], lines
     [finder] = finders()
     assert sys.meta_path[0] is finder
-    assert finder.extension == op
+    assert finder.names() == sorted(plugin.attachment(root_033).modules)
+    assert not (tmp_path / "empty").exists()
     assert vllm.envs.VLLM_MAMBA_SR_SEED_PREFETCH is True
     assert plugin.VARIABLE not in vllm.envs.compile_factors()
     spec = finder.find_spec(module_name(ssu_dispatch.PATH))
@@ -200,7 +190,6 @@ def test_engages_once(
 
 def test_off_without_the_variable(
     root_033: Path,
-    op: Path,
     clean_process: None,
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
@@ -219,7 +208,6 @@ def test_off_without_the_variable(
 
 def test_a_bad_value_is_refused_in_one_line(
     root_033: Path,
-    op: Path,
     clean_process: None,
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
@@ -232,7 +220,6 @@ def test_a_bad_value_is_refused_in_one_line(
 
 def test_an_imported_module_is_refused_in_one_line(
     root_033: Path,
-    op: Path,
     clean_process: None,
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
@@ -247,24 +234,8 @@ def test_an_imported_module_is_refused_in_one_line(
     assert plugin.VARIABLE not in vllm.envs.environment_variables
 
 
-def test_without_the_seed_op_one_info_line(
-    root_033: Path,
-    tmp_path: Path,
-    clean_process: None,
-    monkeypatch: pytest.MonkeyPatch,
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    monkeypatch.setenv("SR_PREFETCH_CACHE", str(tmp_path / "empty"))
-    monkeypatch.setenv(plugin.VARIABLE, "1")
-    lines = registered(root_033, monkeypatch, caplog, calls=2)
-    assert len(lines) == 1 and "build-op --plugin" in lines[0], lines
-    assert [r.levelno for r in caplog.records if r.name == plugin.LOGGER] == [logging.INFO]
-    assert not finders()
-
-
 def test_stands_down_over_the_file_patch(
     root_033: Path,
-    op: Path,
     clean_process: None,
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
@@ -290,7 +261,7 @@ def test_the_entry_point_is_declared() -> None:
     assert module == plugin.__name__ and callable(getattr(plugin, function))
 
 
-def _vllm_process(tmp_path: Path, op: Path, env: dict[str, str], code: str) -> str:
+def _vllm_process(tmp_path: Path, env: dict[str, str], code: str) -> str:
     """`code` run by this Python after vLLM's own plugin loader, with a distribution
     that declares the entry point on the path (as pip's install of this package does);
     returns what it printed."""
@@ -309,7 +280,7 @@ def _vllm_process(tmp_path: Path, op: Path, env: dict[str, str], code: str) -> s
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(REPO), str(dist.parent)]),
         "PYTHONDONTWRITEBYTECODE": "1",
-        "SR_PREFETCH_CACHE": os.environ["SR_PREFETCH_CACHE"],
+        "SR_PREFETCH_CACHE": str(tmp_path / "cache"),
         **env,
     }
     done = subprocess.run(
@@ -324,29 +295,29 @@ def _vllm_process(tmp_path: Path, op: Path, env: dict[str, str], code: str) -> s
     return done.stdout
 
 
-def test_vllms_loader_engages_it_and_the_served_modules_import(tmp_path: Path, op: Path) -> None:
+def test_vllms_loader_engages_it_and_the_served_modules_import(tmp_path: Path) -> None:
+    """Nothing built beforehand: pip's install and the variable are the whole set-up."""
     code = (
         "import inspect\nimport vllm.envs as envs\n"
-        "from vllm import _custom_ops\n"
         "from vllm.model_executor.layers.mamba.ops import ssu_dispatch\n"
         "from vllm.v1.worker import gpu_model_runner\n"
         "from vllm.v1.worker.gpu import cudagraph_utils, model_runner\n"
         "print(engaged, envs.VLLM_MAMBA_SR_SEED_PREFETCH,\n"
-        "      hasattr(_custom_ops, 'mamba_sr_stock_seeds'),\n"
         "      hasattr(ssu_dispatch, 'prefetched_sr_seed'),\n"
         "      'sr_seed_forward' in inspect.getsource(gpu_model_runner.GPUModelRunner),\n"
         "      'VLLM_MAMBA_SR_SEED_PREFETCH' in envs.compile_factors())\n"
     )
-    out = _vllm_process(tmp_path, op, {plugin.VARIABLE: "1"}, code)
-    assert out.splitlines()[-1] == "True True True True True False", out
+    out = _vllm_process(tmp_path, {plugin.VARIABLE: "1"}, code)
+    assert out.splitlines()[-1] == "True True True True False", out
+    assert not (tmp_path / "cache").exists()
 
 
 @pytest.mark.parametrize(
     ("allowed", "engages"), [("other_plugin", False), (f"other_plugin,{plugin.NAME}", True)]
 )
-def test_vllm_plugins_chooses(tmp_path: Path, op: Path, allowed: str, engages: bool) -> None:
+def test_vllm_plugins_chooses(tmp_path: Path, allowed: str, engages: bool) -> None:
     env = {plugin.VARIABLE: "1", "VLLM_PLUGINS": allowed}
-    out = _vllm_process(tmp_path, op, env, "print(engaged)\n")
+    out = _vllm_process(tmp_path, env, "print(engaged)\n")
     assert out.splitlines()[-1] == str(engages), out
 
 
@@ -361,9 +332,7 @@ def test_the_loader_writes_no_bytecode(tmp_path: Path, monkeypatch: pytest.Monke
     monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))
     monkeypatch.setattr(sys, "dont_write_bytecode", False)
     served = Served(package / "mod.py", "VALUE = 'served'\n\ndef f():\n    return 1\n")
-    sys.meta_path.insert(
-        0, PluginFinder({"pkg_sr_served.mod": served}, "pkg_sr_served._x", tmp_path)
-    )
+    sys.meta_path.insert(0, PluginFinder({"pkg_sr_served.mod": served}))
     try:
         import inspect
 
@@ -385,36 +354,30 @@ def test_status_has_a_plugin_line(
     status, out = run(capsys, "status", "--installed")
     assert status == 0, out
     [line] = [line for line in out.splitlines() if line.startswith("Plugin: ")]
-    assert f"off ({plugin.VARIABLE} unset or 0" in line and "seed op not built" in line, line
+    assert f"off ({plugin.VARIABLE} unset or 0" in line, line
+    # With the variable set, it engages as it is installed: nothing to build first.
+    modules = len(plugin.attachment(tree.installed_root()).modules)
     monkeypatch.setenv(plugin.VARIABLE, "1")
+    monkeypatch.delenv("VLLM_PLUGINS", raising=False)
+    status, out = run(capsys, "status", "--installed")
+    assert status == 0, out
+    [line] = [line for line in out.splitlines() if line.startswith("Plugin: ")]
+    engages = "engages" if plugin.entry_point_installed() else "would engage where vLLM loads it"
+    assert f"{engages}: vLLM 0.33.0's {modules} modules" in line, line
+    assert "build" not in line and "seed op" not in line, line
     monkeypatch.setenv("VLLM_PLUGINS", "other_plugin")
     line = plugin.describe(tree.installed_root())
     assert "VLLM_PLUGINS='other_plugin' leaves it out" in line, line
-    assert "does not attach: " in line and "build-op --plugin" in line, line
-    op = plugin.op_path()
-    assert op is not None
-    op.parent.mkdir(parents=True)
-    op.write_bytes(b"")
-    line = plugin.describe(tree.installed_root())
-    assert "would engage where vLLM loads it: vLLM 0.33.0's 11 modules found" in line, line
-
-
-def test_build_op_plugin_needs_no_target(capsys: pytest.CaptureFixture[str]) -> None:
-    status, out = run(capsys, "build-op", "--plugin", "--installed")
-    assert status == 1 and "give it no PATH, --installed or --base" in out, out
-    status, out = run(capsys, "build-op", "--plugin", "--arch", "9.0")
-    assert status == 1 and "built without CUDA" in out and "torch==" in out, out
-    path = plugin.op_path()
-    assert path is not None and path.parent.parent == cache.cache_dir() / "plugin-op"
+    assert f"would engage where vLLM loads it: vLLM 0.33.0's {modules} modules found" in line, line
+    assert list(tmp_path.iterdir()) == []  # nothing looked for, or written, in the cache
 
 
 def test_plugin_md_shows_what_runs() -> None:
     """PLUGIN.md's sr-prefetch commands parse, its log lines are the plugin's and the
     prefetcher's, and its `vllm serve` passes flags the installed vLLM has."""
     text = (REPO / "vllm_patch" / "PLUGIN.md").read_text()
-    commands = sr_prefetch_commands(text)
-    assert ["build-op", "--plugin", "--arch", "9.0"] in commands
-    for words in commands:
+    assert "build-op" not in text and "_mamba_sr_C" not in text  # nothing to build
+    for words in sr_prefetch_commands(text):
         cli._parser().parse_args(words)
     assert plugin.ENGAGED % "0.26.0" in text
     landing = (REPO / "vllm_patch" / "landing" / "ssu_reset.py").read_text()
@@ -425,46 +388,3 @@ def test_plugin_md_shows_what_runs() -> None:
     arg_utils = (tree.installed_root() / "vllm" / "engine" / "arg_utils.py").read_text()
     for flag in [word for word in serve.split() if word.startswith("--")]:
         assert flag[2:].split(".")[0].replace("-", "_") in arg_utils, flag
-
-
-def test_the_op_is_named_by_torch_even_without_its_metadata(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    import importlib.metadata
-
-    import torch
-
-    with_metadata = plugin.torch_version()
-
-    def missing(name: str) -> str:
-        raise importlib.metadata.PackageNotFoundError(name)
-
-    monkeypatch.setattr(importlib.metadata, "version", missing)
-    assert plugin.torch_version() == str(torch.__version__) == with_metadata
-
-
-def test_build_op_plugin_places_the_op_where_the_plugin_finds_it(
-    cache: Path,
-    cuda_torch: None,
-    capsys: pytest.CaptureFixture[str],
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """--plugin builds the same library, under the same name and in the same build
-    directory, and places it in the cache (plugin.op_path), changing no vLLM."""
-    from runner_hooks.core import seed_kernel
-
-    def build_library(caps, *, name=None, build_directory=None):  # type: ignore[no-untyped-def]
-        library = build_directory / f"{name}.so"
-        library.write_bytes(b"\x7fELF the library")
-        return library
-
-    monkeypatch.setattr(seed_kernel, "build_library", build_library)
-    status, out = run(capsys, "build-op", "--plugin", "--arch", "9.0")
-    assert status == 0, out
-    placed = plugin.op_path()
-    assert placed is not None and placed.read_bytes() == b"\x7fELF the library"
-    assert placed.parent.parent == cache / "plugin-op"
-    directory = cache / "build-op" / seed_kernel.build_name([(9, 0)])
-    assert f"Built {directory / '_mamba_sr_C.so'} and placed it as {placed}" in out, out
-    status, out = run(capsys, "status", "--installed")
-    assert status == 0 and f"seed op built ({placed})" in out, out

@@ -97,7 +97,7 @@ def test_the_reset_design_hooks_every_site_the_release_has(
     release = releases.get(version)
     hooked = {
         operation.site
-        for file_ops in targets.file_operations(Design.RESET, release, setup_py_present=False)
+        for file_ops in targets.file_operations(Design.RESET, release)
         for operation in file_ops.operations
         if operation.site is not None
     }

@@ -13,10 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from vllm_patch import releases, sdist, vendor
+from vllm_patch import releases, vendor
 from vllm_patch.releases import Design
 from vllm_patch.syntax import LANDING_DIR
-from vllm_patch.targets import cmake_lists
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -59,7 +58,7 @@ def test_a_module_without_vllms_header_or_with_an_absolute_import_is_refused() -
 
 
 EXPECTED = {
-    Design.RESET: {"__init__.py", "prefetch.py", "reset.py"},
+    Design.RESET: {"__init__.py", "prefetch.py", "randint_seeds.py", "reset.py"},
     Design.FORWARD_CONTEXT: {"__init__.py", "prefetcher.py", "side_stream.py", "prefetch.py"},
 }
 """What each design lands in vLLM: its unit, and the shared machinery it imports."""
@@ -88,17 +87,16 @@ def test_each_design_vendors_its_closure_and_nothing_else(design: Design) -> Non
         if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module
     }
     assert imported == set(modules) - {"__init__.py"}
-    # No CUDA source: a source tree builds the seed op with its CMake, from csrc/.
+    # No CUDA source: nothing of it is compiled (the seeds' kernel is Triton's).
     assert all(path.endswith(".py") for path in vendor.vendored_files(design))
 
 
 def test_a_module_is_vendored_once_the_unit_imports_it(tmp_path: Path) -> None:
     source = tmp_path / "runner_hooks"
     shutil.copytree(vendor.source_dir(), source, ignore=shutil.ignore_patterns("__pycache__"))
-    (source / "core" / "newcomer.py").write_text(HEADER + 'X = "extra.cu"  # names csrc/extra.cu\n')
-    (source / "core" / "csrc" / "extra.cu").write_text("// verbatim\n")
+    (source / "core" / "newcomer.py").write_text(HEADER + "X = 1\n")
     before = vendor.vendored_files(Design.RESET, source)
-    assert not any("newcomer" in path or "extra.cu" in path for path in before)
+    assert not any("newcomer" in path for path in before)
     reset = source / "core" / "reset.py"
     reset.write_text(reset.read_text() + "\nfrom . import newcomer  # noqa\n")
     with pytest.raises(vendor.VendorError, match="import names from a module"):
@@ -106,7 +104,6 @@ def test_a_module_is_vendored_once_the_unit_imports_it(tmp_path: Path) -> None:
     reset.write_text(reset.read_text().replace("from . import newcomer", "from .newcomer import X"))
     after = vendor.vendored_files(Design.RESET, source)
     assert f"{vendor.VENDORED_PACKAGE}/newcomer.py" in after
-    assert not any(path.endswith(".cu") for path in after)  # a source it names is not vendored
 
 
 def test_a_file_naming_anything_outside_vllm_is_refused(tmp_path: Path) -> None:
@@ -128,12 +125,11 @@ def test_another_units_module_is_imported_as_a_sibling() -> None:
 def test_no_vendored_file_names_anything_outside_vllm(design: Design) -> None:
     for path, data in vendor.vendored_files(design).items():
         text = data.decode()
-        assert text.startswith(vendor.SPDX_HEADER) or path.endswith(".cu"), path
+        assert text.startswith(vendor.SPDX_HEADER), path
         assert "logging.getLogger" not in text, path
         for name in vendor.FOREIGN_NAMES:
             assert name not in text, (path, name)
-        # A process that loads both ops would register runner_hooks' namespace twice.
-        assert "runner_hooks::" not in text and "torch.ops.runner_hooks" not in text
+        assert "torch.ops." not in text, path  # no compiled op to call
 
 
 def package_data() -> dict[str, list[str]]:
@@ -147,41 +143,10 @@ def shipped(package: str, relative: str) -> bool:
     return any(fnmatch.fnmatch(relative, glob) for glob in package_data().get(package, []))
 
 
-def test_the_cuda_sources_ship_as_package_data_and_land_in_csrc() -> None:
-    csrc = vendor.source_dir() / "core" / "csrc"
-    sources = sorted(
-        path.relative_to(csrc).as_posix() for path in csrc.rglob("*") if path.is_file()
-    )
-    assert sources == ["core/registration.h", "stock_seeds.cu"]
-    for name in sources:
-        # A wheel of runner_hooks carries them: the kernel drawer and build-op compile them.
-        assert shipped("runner_hooks.core", f"csrc/{name}"), name
-    # A source tree gets the op's source as csrc/mamba/stock_seeds.cu, byte for byte.
-    assert cmake_lists.source_bytes() == (csrc / "stock_seeds.cu").read_bytes()
-    text = cmake_lists.source_bytes().decode()
-    assert not [name for name in vendor.FOREIGN_NAMES if name in text]
-    assert "SR_SEED_OP_NAMESPACE" not in text
-
-
-def test_the_registration_header_is_vllms_own() -> None:
-    """runner_hooks' builds include vLLM's csrc/core/registration.h, a verbatim copy of the
-    newest release's (from its sdist); every release has one that defines the two macros."""
-    copy = (vendor.source_dir() / "core" / "csrc" / "core" / "registration.h").read_bytes()
-    for release in releases.RELEASES:
-        if not sdist.cached(release.version):
-            pytest.fail(f"vLLM {release.version}'s sdist is not cached: run .ci/install-checks.sh")
-        (header,) = sdist.read_members(release.version, ["csrc/core/registration.h"]).values()
-        if release is releases.NEWEST:
-            assert header == copy
-        for macro in ("TORCH_LIBRARY_EXPAND(NAME, MODULE)", "REGISTER_EXTENSION(NAME)"):
-            assert f"#define {macro}".encode() in header, (release.version, macro)
-
-
 def test_sr_prefetch_ships_the_landing_code_and_the_release_table() -> None:
     package = REPO / "vllm_patch"
     read_at_run_time = [
         *sorted(LANDING_DIR.glob("*.py")),
-        *sorted(LANDING_DIR.glob("*.cmake")),
         Path(releases.__file__).with_name("pristine_sha256.json"),
     ]
     for path in read_at_run_time:

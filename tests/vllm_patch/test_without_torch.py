@@ -68,16 +68,6 @@ def test_the_commands_run_without_torch(
     assert (tmp_path / "reset.patch").read_text().startswith("From ")
 
 
-def test_build_op_without_torch_says_what_to_install(
-    env: dict[str, str], pristine: Path, tmp_path: Path
-) -> None:
-    root = small_git_copy(pristine, tmp_path / "vllm")
-    assert python(env, "-m", "vllm_patch", "apply", root).returncode == 0
-    done = python(env, "-m", "vllm_patch", "build-op", root, "--arch", "9.0")
-    assert done.returncode == 1
-    assert done.stderr.count("\n") == 1 and f"pip install torch=={NEWEST.torch}" in done.stderr
-
-
 def test_importing_runner_hooks_without_torch_fails_with_one_line(env: dict[str, str]) -> None:
     done = python(env, "-c", "import runner_hooks")
     assert done.returncode == 1

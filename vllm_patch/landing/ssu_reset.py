@@ -15,25 +15,20 @@ def _attach_sr_seed_prefetcher(
     _sr_seed_prefetcher = None
     if not envs.VLLM_MAMBA_SR_SEED_PREFETCH:
         return
+    from vllm.triton_utils import HAS_TRITON
+
     blocker = _sr_seed_prefetch_blocker(mamba_config, kv_cache_config)
-    if blocker is None:
-        try:
-            import vllm._mamba_sr_C  # noqa: F401
-        except ImportError:
-            blocker = "this build of vLLM lacks the _mamba_sr_C extension"
+    if blocker is None and not HAS_TRITON:
+        blocker = "Triton, which draws the seeds, is not installed"
     if blocker is not None:
         logger.info_once("VLLM_MAMBA_SR_SEED_PREFETCH is set but unused: %s.", blocker)
         return
     if attached is not None and attached.prefetch.num_seeds == len(layers):
         _sr_seed_prefetcher = attached
         return
-    from vllm import _custom_ops as ops
-
     device = torch.device("cuda", torch.accelerator.current_device_index())
     _sr_seed_prefetcher = SRSeedPrefetcher(
-        SeedPrefetch(
-            "Mamba SR seed prefetch", len(layers), device, ops.mamba_sr_stock_seeds
-        )
+        SeedPrefetch("Mamba SR seed prefetch", len(layers), device, fill_randint_seeds)
     )
     logger.info_once(
         "Prefetching Mamba stochastic-rounding seeds for %d layers per forward "

@@ -9,7 +9,6 @@ with the same logprobs, with the variable set as without it, on both model
 runners under CUDA graphs, and loads stock's compiled graphs; under another
 engine seed it does not."""
 
-import importlib.util
 import json
 import math
 import multiprocessing
@@ -22,15 +21,9 @@ import torch
 
 from vllm.platforms import current_platform
 
-pytestmark = [
-    pytest.mark.skipif(
-        not current_platform.is_cuda(), reason="seed prefetching needs a CUDA device"
-    ),
-    pytest.mark.skipif(
-        importlib.util.find_spec("vllm._mamba_sr_C") is None,
-        reason="this build of vLLM lacks the _mamba_sr_C extension",
-    ),
-]
+pytestmark = pytest.mark.skipif(
+    not current_platform.is_cuda(), reason="seed prefetching needs a CUDA device"
+)
 
 PATTERN = "M-M-M*-M-M*-"
 CONFIG = {

@@ -11,7 +11,6 @@ stock's torch.randint draws, eagerly, beyond N calls, over CUDA graph replays
 and outside a forward."""
 
 import contextlib
-import importlib.util
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from typing import Any
@@ -30,15 +29,9 @@ SEED = 1234
 OpenForward = Callable[..., AbstractContextManager[None]]
 Replay = Callable[[torch.cuda.CUDAGraph, object], None]
 
-pytestmark = [
-    pytest.mark.skipif(
-        not current_platform.is_cuda(), reason="seed prefetching needs a CUDA device"
-    ),
-    pytest.mark.skipif(
-        importlib.util.find_spec("vllm._mamba_sr_C") is None,
-        reason="this build of vLLM lacks the _mamba_sr_C extension",
-    ),
-]
+pytestmark = pytest.mark.skipif(
+    not current_platform.is_cuda(), reason="seed prefetching needs a CUDA device"
+)
 
 
 def _kv_cache_config(num_layers: int) -> KVCacheConfig:

@@ -1,19 +1,8 @@
 # Lands in tests/kernels/mamba/test_sr_seed_prefetch.py for the forward-context
 # design, merged (vllm_patch/fork_test.py): its import sorted among the file's, its
-# pytestmark (no seed op) and open_forward and replay fixtures in place of the reset
-# design's.
+# open_forward and replay fixtures in place of the reset design's.
 
 from vllm.forward_context import ForwardContext, override_forward_context
-
-pytestmark = [
-    pytest.mark.skipif(
-        not current_platform.is_cuda(), reason="seed prefetching needs a CUDA device"
-    ),
-    pytest.mark.skipif(
-        importlib.util.find_spec("flashinfer") is None,
-        reason="the recording kernel stands in for FlashInfer's",
-    ),
-]
 
 
 @pytest.fixture

@@ -2,11 +2,9 @@
 
 Each module finds its sites by structure (see syntax.py) and takes the code that
 lands from landing/.  `file_operations` gathers a design's operations for one
-release: the reset design hooks the model runners and wraps the seed op in
-_custom_ops.py; the forward-context design changes envs.py, ssu_dispatch.py and
-the Triton kernels' wrappers and their ReplaySSM call only.  Where the tree has
-setup.py (a source tree, with CMakeLists.txt), the reset design builds the seed op
-there, as the _mamba_sr_C extension (CMakeLists.txt, setup.py).
+release: the forward-context design changes envs.py, ssu_dispatch.py and the Triton
+kernels' wrappers and their ReplaySSM call only; the reset design hooks the model
+runners as well.  Neither edits a build file: neither adds a compiled op.
 """
 
 from __future__ import annotations
@@ -18,13 +16,10 @@ from ..releases import FILES_SINCE, RELEASES, Design, Release, get
 from ..syntax import FileOperations, SiteError, Source
 from ..tree import TreeError
 from . import (
-    cmake_lists,
-    custom_ops,
     envs,
     mamba_mixer2,
     mamba_ssm,
     replayssm_triton,
-    setup_py,
     ssu_dispatch,
     v1_runner,
     v2_cudagraph,
@@ -37,12 +32,9 @@ PATHS: tuple[str, ...] = (
     mamba_ssm.PATH,
     replayssm_triton.PATH,
     mamba_mixer2.PATH,
-    custom_ops.PATH,
     v1_runner.PATH,
     v2_runner.PATH,
     v2_cudagraph.PATH,
-    cmake_lists.PATH,
-    setup_py.PATH,
 )
 """Every file either design changes in some release, as paths from the tree's root."""
 
@@ -52,11 +44,8 @@ def paths(release: Release) -> tuple[str, ...]:
     return tuple(path for path in PATHS if release.has_file(path))
 
 
-def file_operations(
-    design: Design, release: Release, *, setup_py_present: bool
-) -> tuple[FileOperations, ...]:
-    """The operations of `design` on `release`'s files, file by file; CMakeLists.txt's and
-    setup.py's where the tree has setup.py (`setup_py_present`: a source tree)."""
+def file_operations(design: Design, release: Release) -> tuple[FileOperations, ...]:
+    """The operations of `design` on `release`'s files, file by file."""
     files = [
         envs.operations(design),
         ssu_dispatch.operations(design),
@@ -67,13 +56,10 @@ def file_operations(
         files += [mamba_mixer2.operations(design), replayssm_triton.operations(design)]
     if design is Design.RESET:
         files += [
-            custom_ops.operations(),
             v1_runner.operations(release),
             v2_runner.operations(release),
             v2_cudagraph.operations(release),
         ]
-        if setup_py_present:
-            files += [cmake_lists.operations(), setup_py.operations()]
     return tuple(files)
 
 

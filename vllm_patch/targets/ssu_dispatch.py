@@ -255,8 +255,9 @@ def operations(design: Design) -> FileOperations:
                 code="from typing import Any\n",
             ),
             _import_line(
-                f"from {VENDORED_MODULE} import (\n    SeedPrefetch,\n    SRSeedPrefetcher,\n)\n",
-                "import the vendored prefetcher",
+                f"from {VENDORED_MODULE} import (\n    SeedPrefetch,\n    SRSeedPrefetcher,\n"
+                "    fill_randint_seeds,\n)\n",
+                "import the vendored prefetcher and its Triton draw",
                 "vllm.logger",
                 after=True,
             ),

@@ -33,8 +33,7 @@
 # a stamp of vllm_patch/, runner_hooks/, bench/engine/, the bench variants it attaches and the site's vLLM version).
 # The patched copies ($SR_ENGINE_SITE-reset, $SR_ENGINE_SITE-forward-context) are
 # hard-linked copies of the site (the patch replaces files, it never writes through a
-# link), made again when that stamp changes; the reset copy gets its seed op from
-# `sr-prefetch build-op` (vllm/_mamba_sr_C.so, for this machine's GPUs).
+# link), made again when that stamp changes; neither needs a build step.
 # With two GPUs, V1 engines run on the first and V2 engines on the second.  With
 # SR_ENGINE_TP=N (1, 2, 4, 8; default 1) every engine runs over N GPUs, one process per
 # rank: V1 on the first N, V2 on the next N where there are 2N, else on the same N.
@@ -69,7 +68,6 @@ for design in reset forward-context; do
   if [ "$(cat "$copy.patched" 2>/dev/null)" != "$stamp" ]; then
     rm -rf "$copy" "$copy.patched" && cp -al "$site" "$copy" \
       && python3 -m vllm_patch apply "$copy" --design "$design" \
-      && { [ "$design" != reset ] || python3 -m vllm_patch build-op "$copy"; } \
       && echo "$stamp" > "$copy.patched" || { echo "could not patch $copy"; exit 1; }
   fi
 done

@@ -2,11 +2,10 @@
 # On the H200 machine, with a pip-installed vLLM (staged as tests/gpu/vllm/README.md says)
 # on PYTHONPATH, from the repo root (tests/gpu/vllm/engine.sh fork runs it on a copy):
 #   bash tests/gpu/vllm/patched_installed.sh
-# For each design: `sr-prefetch apply --installed` patches that pip-installed vLLM (and,
-# for the reset design, `sr-prefetch build-op --installed` builds its seed op there as
-# vllm/_mamba_sr_C.so, for this machine's GPUs), the fork's test (as the patch adds it to
-# a source tree) runs against it on the GPU, and `sr-prefetch revert --installed` gives
-# the files back; their sha256 before and after must match, and the library must be gone.
+# For each design: `sr-prefetch apply --installed` patches that pip-installed vLLM (no
+# build step), the fork's test (as the patch adds it to a source tree) runs against it on
+# the GPU, and `sr-prefetch revert --installed` gives the files back; their sha256 before
+# and after must match.
 # Writes the log to $OUT (default /tmp/out).
 set -uo pipefail
 out=${OUT:-/tmp/out}
@@ -15,7 +14,7 @@ files=(vllm/envs.py vllm/model_executor/layers/mamba/ops/ssu_dispatch.py
        vllm/model_executor/layers/mamba/ops/mamba_ssm.py
        vllm/model_executor/layers/mamba/mamba_mixer2.py
        vllm/v1/worker/gpu_model_runner.py vllm/v1/worker/gpu/model_runner.py
-       vllm/v1/worker/gpu/cudagraph_utils.py vllm/_custom_ops.py)
+       vllm/v1/worker/gpu/cudagraph_utils.py)
 site=$(python3 -c "import importlib.util as u, pathlib as p; print(p.Path(u.find_spec('vllm').origin).parent.parent)")
 version=$(python3 -c "import importlib.metadata as m; print(m.version('vllm'))")
 log="$out/patched-vllm-$version-nvidia-h200.log"
@@ -29,10 +28,6 @@ status=0
   for design in reset forward-context; do
     echo "=== $design"
     python3 -m vllm_patch apply --installed --design "$design" || status=1
-    if [ "$design" = reset ]; then
-      python3 -m vllm_patch build-op --installed || status=1
-      python3 -c "import vllm._mamba_sr_C as m; print('imported', m.__file__)" || status=1
-    fi
     python3 -m vllm_patch status --installed || status=1
     # The fork's tests, as the patch adds them to a source tree of this release.
     tests=$(python3 -c "
@@ -50,9 +45,6 @@ for path, text in fork_test.files(Design(sys.argv[2]), ssu.read_text()).items():
     python3 -m vllm_patch revert --installed || status=1
   done
   after=$(hashes)
-  if [ -e "$site/vllm/_mamba_sr_C.so" ]; then
-    echo "revert left vllm/_mamba_sr_C.so"; status=1
-  fi
   if [ "$before" = "$after" ]; then
     echo "reverted: the installed files are byte for byte what pip installed"
   else

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import torch
 import vllm
+import vllm.triton_utils
 from vllm.model_executor.layers.mamba.ops import ssu_dispatch
 from vllm.platforms import current_platform
 from vllm.v1.attention.backends.registry import MambaAttentionBackendEnum
@@ -126,12 +127,13 @@ def prefetcher_spy(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """The number of seeds of each prefetcher the design attaches.
 
     The forward-context design's real prefetcher is built (inactive without CUDA);
-    the reset design's seed op is a stand-in module, and its SeedPrefetch, which
-    allocates on the device, is recorded instead of built, as a stand-in that says
-    its number of seeds (the prefetcher then takes none)."""
+    the reset design's Triton, which vLLM reports missing without a GPU, is taken as
+    there, and its SeedPrefetch, which allocates on the device, is recorded instead
+    of built, as a stand-in that says its number of seeds (the prefetcher then takes
+    none)."""
     made: list[int] = []
     if DESIGN == "reset":
-        monkeypatch.setitem(sys.modules, "vllm._mamba_sr_C", types.ModuleType("_mamba_sr_C"))
+        monkeypatch.setattr(vllm.triton_utils, "HAS_TRITON", True)
         monkeypatch.setattr(torch.accelerator, "current_device_index", lambda: 0)
 
         def seed_prefetch(owner: str, num_seeds: int, *args: Any) -> types.SimpleNamespace:
