@@ -7,14 +7,22 @@
 # "mamba1" / "mamba2" before).
 
 
+# vLLM loads a speculative draft model's layers under this prefix
+# (vllm/v1/spec_decode/draft_model.py). They share the KV cache config, but they
+# run in the proposer's own forwards, which take no prefetched seed.
+_DRAFT_MODEL_PREFIX = "draft_model."
+
+
 def _mamba_layer_names(kv_cache_config: KVCacheConfig, mamba_type: object) -> list[str]:
-    """This rank's layers of `mamba_type`; of Mamba-2, N: a forward's SSU calls."""
+    """This rank's layers of `mamba_type` in the target model; of Mamba-2, N: a
+    model runner's forward's SSU calls."""
     return [
         layer_name
         for group in kv_cache_config.kv_cache_groups
         if isinstance(group.kv_cache_spec, MambaSpec)
         and group.kv_cache_spec.mamba_type == mamba_type
         for layer_name in group.layer_names
+        if not layer_name.startswith(_DRAFT_MODEL_PREFIX)
     ]
 
 

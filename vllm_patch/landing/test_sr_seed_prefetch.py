@@ -34,10 +34,12 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-def _kv_cache_config(num_layers: int) -> KVCacheConfig:
-    # mamba_type is left at its default: Mamba-2.
+def _kv_cache_config(num_layers: int, draft_layers: int = 0) -> KVCacheConfig:
+    # mamba_type is left at its default: Mamba-2. A draft model's layers are named
+    # as vLLM's draft-model proposer loads them.
     spec = MambaSpec(block_size=16, shapes=((1,),), dtypes=(torch.float16,))
     layer_names = [f"model.layers.{i}.mixer" for i in range(num_layers)]
+    layer_names += [f"draft_model.model.layers.{i}.mixer" for i in range(draft_layers)]
     return KVCacheConfig(
         num_blocks=1,
         kv_cache_tensors=[],
@@ -59,13 +61,17 @@ def initialize(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., None]]
     prefetching on or off; after the test, with it off."""
     backends: list[MambaBackendEnum] = []
 
-    def init(backend: MambaBackendEnum, prefetch: bool, **kwargs: Any) -> None:
+    def init(
+        backend: MambaBackendEnum, prefetch: bool, draft_layers: int = 0, **kwargs: Any
+    ) -> None:
         if prefetch:
             monkeypatch.setenv("VLLM_MAMBA_SR_SEED_PREFETCH", "1")
         else:
             monkeypatch.delenv("VLLM_MAMBA_SR_SEED_PREFETCH", raising=False)
         ssu_dispatch.initialize_mamba_ssu_backend(
-            _mamba_config(backend), _kv_cache_config(NUM_LAYERS), **kwargs
+            _mamba_config(backend),
+            _kv_cache_config(NUM_LAYERS, draft_layers),
+            **kwargs,
         )
         backends.append(backend)
 
@@ -201,6 +207,27 @@ def test_eager_forwards_match_stock(
     assert all(recorder.prefetched(f * num_calls, NUM_LAYERS) for f in range(2))
     if extra_calls:
         assert not recorder.prefetched(NUM_LAYERS, extra_calls)
+
+
+def test_a_draft_models_mamba2_layers_are_not_counted(
+    ssu: SSUCalls, initialize: Callable[..., None], open_forward: OpenForward
+) -> None:
+    """A draft model's Mamba-2 layers share the KV cache config, but its SSU calls
+    run outside the model runner's forwards and draw inline: N counts the target
+    model's layers, or each forward would leave seeds unconsumed and shift every
+    later draw."""
+    recorder, run_layers = ssu
+    draft_layers = 2
+    initialize(MambaBackendEnum.FLASHINFER, prefetch=True, draft_layers=draft_layers)
+    steps = 2
+    torch.manual_seed(SEED)
+    stock = _stock_seeds(steps * (NUM_LAYERS + draft_layers))
+    torch.manual_seed(SEED)
+    for _ in range(steps):
+        with open_forward():
+            run_layers(NUM_LAYERS)
+        run_layers(draft_layers)  # the proposer's forward
+    assert recorder.values() == stock
 
 
 @pytest.mark.parametrize("runner", ["v1", "v2"])

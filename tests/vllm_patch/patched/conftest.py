@@ -52,8 +52,10 @@ def only_in(design: str) -> pytest.MarkDecorator:
     return pytest.mark.skipif(design != DESIGN, reason=f"the {design} design only")
 
 
-def kv_cache_config(mamba2: int = 0, mamba1: int = 0) -> KVCacheConfig:
-    """A real KVCacheConfig with `mamba2` Mamba-2 and `mamba1` Mamba-1 layers."""
+def kv_cache_config(mamba2: int = 0, mamba1: int = 0, draft_mamba2: int = 0) -> KVCacheConfig:
+    """A real KVCacheConfig with `mamba2` Mamba-2 and `mamba1` Mamba-1 layers, and
+    `draft_mamba2` Mamba-2 layers of a draft model in the Mamba-2 layers' group, named
+    as vLLM's draft-model proposer loads them."""
     groups = []
     for count, mamba_type, prefix in (
         (mamba2, MambaAttentionBackendEnum.MAMBA2, "mixer2"),
@@ -67,6 +69,8 @@ def kv_cache_config(mamba2: int = 0, mamba1: int = 0) -> KVCacheConfig:
                 mamba_type=mamba_type,
             )
             names = [f"model.layers.{i}.{prefix}" for i in range(count)]
+            if mamba_type is MambaAttentionBackendEnum.MAMBA2:
+                names += [f"draft_model.model.layers.{i}.mixer" for i in range(draft_mamba2)]
             groups.append(KVCacheGroupSpec(names, spec))
     return KVCacheConfig(num_blocks=1, kv_cache_tensors=[], kv_cache_groups=groups)
 

@@ -100,6 +100,20 @@ def test_it_engages_when_every_condition_holds_with_n_mamba2_layers(
     assert engaged[-1] == 3 and ssu_dispatch._sr_seed_prefetcher is not first
 
 
+def test_n_counts_the_target_models_mamba2_layers_not_a_draft_models(
+    engaged: list[int], logged: list[str]
+) -> None:
+    """A draft model's Mamba-2 layers share the KV cache config but not the runner's
+    forwards: N counted with them would leave seeds unconsumed every forward, and every
+    later draw would shift."""
+    config = kv_cache_config(mamba2=NUM_LAYERS, draft_mamba2=2)
+    assert sum(len(group.layer_names) for group in config.kv_cache_groups) == NUM_LAYERS + 2
+    ssu_dispatch.initialize_mamba_ssu_backend(mamba_config(), config)
+    assert engaged == [NUM_LAYERS]
+    if DESIGN == "reset":
+        assert ssu_dispatch._mamba2_probe_layer == "model.layers.0.mixer2"
+
+
 OFF_CASES = {
     "env_var_unset": None,
     "stochastic_rounding_off": "stochastic rounding is off",
@@ -560,11 +574,12 @@ def test_the_forks_tests_collect_and_skip_without_a_device() -> None:
         assert len(tests) == 3
     else:
         assert passed == [] and len(tests) == 1
-    # 5 tests per SSU call (FlashInfer's SSU, and its ReplaySSM where the release has
-    # it: eager twice, graphs as V1 and V2 capture them, outside a forward), the
+    # 6 tests per SSU call (FlashInfer's SSU, and its ReplaySSM where the release has
+    # it: eager twice, graphs as V1 and V2 capture them, outside a forward, a draft
+    # model's layers), the
     # Triton kernel's state on Blackwell, and the engine's two.
     calls = 2 if fork_test.FLASHINFER_REPLAYSSM in inspect.getsource(ssu_dispatch) else 1
-    assert len(reasons) == 5 * calls + 1 + (2 if reset else 0), reasons
+    assert len(reasons) == 6 * calls + 1 + (2 if reset else 0), reasons
     blackwell = [reason for reason in reasons if "only Blackwell" in reason]
     assert len(blackwell) == 1, reasons
     assert all(
