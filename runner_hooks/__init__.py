@@ -2,10 +2,11 @@
 
 `core` is the reset design's unit and `forward_context` the forward-context
 design's: each design's patch vendors its unit's import closure
-(vllm_patch/vendor.py).  `hooks` holds per-forward hooks that the bench's simulated runners
-call (bench/variants.py); vLLM's runners call the landed `sr_seed_forward`
-instead.  The bench's choices (drawers by name, sync plans, the variants built
-from them) are bench's: bench/drawers.py, bench/sync.py, bench/variants.py.
+(vllm_patch/vendor.py).  `hooks` holds per-forward hooks that the bench's
+simulated runners call (bench/variants.py); vLLM's runners call the landed
+`sr_seed_forward` instead.  The bench's choices (drawers by name, sync plans,
+the variants built from them) are bench's: bench/drawers.py, bench/sync.py,
+bench/variants.py.
 """
 
 try:
@@ -15,8 +16,8 @@ except ModuleNotFoundError as error:
     if error.name not in ("torch", "triton"):
         raise
     raise ImportError(
-        f"runner_hooks needs {error.name}, which this Python cannot import: pip install "
-        f"{error.name} (or install sr-seed-prefetch with its hooks extra: "
+        f"runner_hooks needs {error.name}, which this Python cannot import: "
+        f"pip install {error.name} (or install sr-seed-prefetch with its hooks extra: "
         "pip install -e '.[hooks]')"
     ) from None
 

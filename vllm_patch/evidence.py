@@ -50,6 +50,10 @@ IDENTITY_RESHAPE_V2_LOG = (
     "tests/gpu/results/engine-identity-vllm-0.26.0-nvidia-h200-20261203b-reset-v2.log"
 )
 """The same, V2, eager and FULL_AND_PIECEWISE."""
+IDENTITY_TRITON_LOG = (
+    "tests/gpu/results/engine-identity-vllm-0.26.0-nvidia-h100-20261207-triton.log"
+)
+"""The reset design with the Triton seed kernel, V1 and V2, FULL_AND_PIECEWISE."""
 IDENTITY_020_LOG = "tests/gpu/results/engine-identity-vllm-0.20.0-nvidia-h200-20261202.log"
 FORK_TEST_026_LOG = "tests/gpu/results/patched-vllm-0.26.0-nvidia-h200.log"
 SEED_KERNEL_LOG = "tests/gpu/results/nvidia-h200-20261202-seed-kernel.log"

@@ -143,9 +143,9 @@ def test_microbench_predictions_follow_each_arms_variant() -> None:
         {"variant": v, "mode": m, "batch_size": 1, "median_us": us}
         for v, m, us in (
             ("stock", "graph", 245.0),
-            ("reset-kernel", "graph", 175.0),
+            ("reset-triton", "graph", 175.0),
             ("forward-context", "graph", 181.0),
-            ("reset-kernel", "eager", 1.0),
+            ("reset-triton", "eager", 1.0),
         )
     ]
     predicted = report.predictions(summary)

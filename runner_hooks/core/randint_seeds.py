@@ -18,7 +18,6 @@ import triton.language as tl
 from .prefetch import OFFSETS_PER_DRAW
 
 _BLOCK = 128
-_RANGE = 2**32
 
 
 # Typed as strings, which Triton reads and a placeholder module need not define;
@@ -47,12 +46,8 @@ def fill_randint_seeds(out: torch.Tensor) -> None:
     if n == 0:
         return
     generator = torch.cuda.default_generators[out.device.index]
+    # A multiple of 4: every draw reserves a multiple, and set_offset refuses others.
     offset = generator.get_offset()
-    if offset % OFFSETS_PER_DRAW:
-        # Only a set_offset by hand leaves this; each call then draws as stock.
-        for k in range(n):
-            torch.randint(0, _RANGE, (1,), device=out.device, out=out[k : k + 1])
-        return
     randint_seeds_at(out, generator.initial_seed(), offset)
     generator.set_offset(offset + OFFSETS_PER_DRAW * n)
 

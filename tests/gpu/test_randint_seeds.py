@@ -100,13 +100,18 @@ def test_fill_matches_stock(seed: int, n: int) -> None:
     assert_matches_stock(n)
 
 
-@pytest.mark.parametrize("offset", [4, 4 * (2**32 - 20), 2**62, 6])
-def test_fill_at_large_and_odd_offsets(offset: int) -> None:
-    """Offsets past 32 bits, one whose 40 draws carry into the high word, and one that
-    is not a multiple of 4 (only a set_offset by hand makes it: each seed drawn as stock)."""
+@pytest.mark.parametrize("offset", [4, 4 * (2**32 - 20), 2**62])
+def test_fill_at_large_offsets(offset: int) -> None:
+    """Offsets past 32 bits, and one whose 40 draws carry into the high word."""
     generator().manual_seed(3)
     generator().set_offset(offset)
     assert_matches_stock(40)
+
+
+def test_torch_keeps_the_offset_a_multiple_of_four() -> None:
+    """What the kernel's counter, offset / 4, relies on."""
+    with pytest.raises(RuntimeError, match="multiple of 4"):
+        generator().set_offset(6)
 
 
 def test_consecutive_fills_continue_the_stock_sequence() -> None:
