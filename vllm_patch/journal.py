@@ -11,10 +11,12 @@ is one that `settle` brings to "as before" or "as after":
   the journal directory is fsynced before the first target file is touched; a
   journal without it is deleted, nothing else.
 - With MANIFEST, each step on the tree is idempotent and reads only fsynced journal
-  data.  A file is replaced whole: its bytes are written beside it and fsynced, then
-  renamed over it (atomic) and its directory fsynced; so each target is wholly old or
-  wholly new, and settle can redo every step, or undo every step from the old bytes,
-  whatever subset was done.
+  data, checked before the first step: every blob against the sha256 MANIFEST records
+  for it, every path as one inside the tree and outside the journal; a journal that
+  fails a check is refused whole, and nothing is written.  A file is replaced whole:
+  its bytes are written beside it and fsynced, then renamed over it (atomic) and its
+  directory fsynced; so each target is wholly old or wholly new, and settle can redo
+  every step, or undo every step from the old bytes, whatever subset was done.
 - A failure inside the process (an OSError, Ctrl-C) renames MANIFEST to ROLLBACK and
   undoes; settle reads ROLLBACK as "undo", so an undo cut short is finished too.
 - The journal goes once every step was fsynced, its marker first: a journal without
@@ -31,11 +33,12 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import hashlib
 import json
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 JOURNAL = "vllm/.sr-prefetch-journal"
 """Where a transaction keeps its journal while it runs (removed when it ends)."""
@@ -268,7 +271,7 @@ def _prepare(root: Path, plan: _Plan) -> None:
                 _write(journal / f"{index}.{kind}", data, 0o600)
                 _fsync(journal / f"{index}.{kind}")
         entries.append({"path": file.path, "old_mode": file.old_mode, "new_mode": file.new_mode})
-        entries[-1].update(old=file.old is not None, new=file.new is not None)
+        entries[-1].update(old=_digest(file.old), new=_digest(file.new))
     manifest = {"what": plan.what, "files": entries, "made": plan.made, "removed": plan.removed}
     _write(journal / _PART, json.dumps(manifest, indent=1).encode(), 0o600)
     _fsync(journal / _PART)
@@ -276,27 +279,83 @@ def _prepare(root: Path, plan: _Plan) -> None:
     _fsync(journal)
 
 
+def _digest(data: bytes | None) -> str | None:
+    """What MANIFEST records of a blob: its sha256, None where there is none."""
+    return None if data is None else hashlib.sha256(data).hexdigest()
+
+
+class _Damaged(ValueError):
+    """The journal is not as sr-prefetch wrote it."""
+
+
 def _load(root: Path, marker: str) -> _Plan:
+    """The plan `marker` records, every blob and path checked (module docstring)."""
     journal = root / JOURNAL
     try:
         manifest = json.loads((journal / marker).read_bytes())
-        plan = _Plan(manifest["what"], made=manifest["made"])
-        plan.removed = [(path, mode) for path, mode in manifest["removed"]]
+        plan = _Plan(_typed(manifest["what"], str), made=_typed(manifest["made"], list))
+        plan.removed = [(path, _mode(mode)) for path, mode in manifest["removed"]]
         for index, entry in enumerate(manifest["files"]):
-            blob = {
-                kind: (journal / f"{index}.{kind}").read_bytes() if entry[kind] else None
-                for kind in ("old", "new")
-            }
+            blob = {kind: _blob(journal, f"{index}.{kind}", entry[kind]) for kind in ("old", "new")}
             plan.files.append(
-                _File(entry["path"], blob["old"], entry["old_mode"], blob["new"], entry["new_mode"])
+                _File(
+                    entry["path"],
+                    blob["old"],
+                    None if blob["old"] is None else _mode(entry["old_mode"]),
+                    blob["new"],
+                    None if blob["new"] is None else _mode(entry["new_mode"]),
+                )
             )
+        for path in [*plan.made, *(p for p, _ in plan.removed), *(f.path for f in plan.files)]:
+            _check_inside(root, path)
     except (OSError, ValueError, KeyError, TypeError) as error:
         raise JournalError(
-            f"{journal / marker} cannot be read ({error}): sr-prefetch did not write it as it "
-            "is; put the files it names back by hand (git checkout, or reinstall vLLM) and "
-            f"remove {journal}"
+            f"{journal / marker} cannot be replayed ({error}): sr-prefetch did not write it as "
+            "it is, and changed nothing; put the files it names back by hand (git checkout, "
+            f"or reinstall vLLM) and remove {journal}"
         ) from None
     return plan
+
+
+def _typed(value: object, kind: type) -> object:
+    if not isinstance(value, kind):
+        raise _Damaged(f"{value!r} where a {kind.__name__} belongs")
+    return value
+
+
+def _mode(value: object) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= 0o7777:
+        raise _Damaged(f"{value!r} is not a file mode")
+    return value
+
+
+def _blob(journal: Path, name: str, digest: object) -> bytes | None:
+    """The blob `name`, if MANIFEST records one, after its sha256 is checked."""
+    if digest is None:
+        return None
+    data = (journal / name).read_bytes()
+    if _digest(data) != _typed(digest, str):
+        raise _Damaged(f"{name} is not the blob its sha256 names")
+    return data
+
+
+def _check_inside(root: Path, path: object) -> None:
+    """`path` names a place in the tree: relative, no `..`, not the journal, and no
+    symlink on the way leads out of `root`."""
+    pure = PurePosixPath(_typed(path, str))
+    journal = PurePosixPath(JOURNAL)
+    if (
+        pure.is_absolute()
+        or pure.as_posix() != path
+        or any(part in ("", ".", "..") for part in pure.parts)
+        or pure == journal
+        or journal in pure.parents
+    ):
+        raise _Damaged(f"{path!r} is not a path inside the tree")
+    real_root = os.path.realpath(root)
+    real_parent = os.path.realpath(root / pure.parent)
+    if os.path.commonpath([real_root, real_parent]) != real_root:
+        raise _Damaged(f"{path!r} leads out of the tree")
 
 
 def _forward(root: Path, plan: _Plan) -> None:
