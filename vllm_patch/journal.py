@@ -11,9 +11,11 @@ is one that `settle` brings to "as before" or "as after":
   the journal directory is fsynced before the first target file is touched; a
   journal without it is deleted, nothing else.
 - With MANIFEST, each step on the tree is idempotent and reads only fsynced journal
-  data, checked before the first step: every blob against the sha256 MANIFEST records
-  for it, every path as one inside the tree and outside the journal; a journal that
-  fails a check is refused whole, and nothing is written.  A file is replaced whole:
+  data, checked before the first step: MANIFEST against its own sha256, every blob
+  against the size and sha256 it records, every path as one inside the tree and
+  outside the journal, and no file in the journal that it does not name.  Where only
+  a new blob fails, settle undoes from the old bytes; any other failure refuses the
+  journal whole, and nothing is written.  A file is replaced whole:
   its bytes are written beside it and fsynced, then renamed over it (atomic) and its
   directory fsynced; so each target is wholly old or wholly new, and settle can redo
   every step, or undo every step from the old bytes, whatever subset was done.
@@ -179,11 +181,20 @@ def _settle_locked(root: Path) -> str | None:
     if not journal.is_dir():
         return None
     if (journal / MANIFEST).is_file():
-        plan = _load(root, MANIFEST)
-        _forward(root, plan)
-        message = f"finished the {plan.what} that was cut short"
+        try:
+            plan = _load(root, MANIFEST)
+        except _DamagedNewBlob as damage:
+            # The old bytes are intact: the tree goes back to them, as after a failure.
+            plan = _load(root, MANIFEST, kinds=("old",))
+            _replace(journal / MANIFEST, journal / ROLLBACK)
+            _fsync(journal)
+            _backward(root, plan)
+            message = f"undid the {plan.what} that was cut short, as {damage}"
+        else:
+            _forward(root, plan)
+            message = f"finished the {plan.what} that was cut short"
     elif (journal / ROLLBACK).is_file():
-        plan = _load(root, ROLLBACK)
+        plan = _load(root, ROLLBACK, kinds=("old",))
         _backward(root, plan)
         message = f"undid the {plan.what} that was cut short"
     else:
@@ -271,49 +282,81 @@ def _prepare(root: Path, plan: _Plan) -> None:
                 _write(journal / f"{index}.{kind}", data, 0o600)
                 _fsync(journal / f"{index}.{kind}")
         entries.append({"path": file.path, "old_mode": file.old_mode, "new_mode": file.new_mode})
-        entries[-1].update(old=_digest(file.old), new=_digest(file.new))
-    manifest = {"what": plan.what, "files": entries, "made": plan.made, "removed": plan.removed}
+        entries[-1].update(old=_blob_record(file.old), new=_blob_record(file.new))
+    body = {"what": plan.what, "files": entries, "made": plan.made, "removed": plan.removed}
+    manifest = {"sha256": _digest(_canonical(body)), "plan": body}
     _write(journal / _PART, json.dumps(manifest, indent=1).encode(), 0o600)
     _fsync(journal / _PART)
     _replace(journal / _PART, journal / MANIFEST)
     _fsync(journal)
 
 
-def _digest(data: bytes | None) -> str | None:
-    """What MANIFEST records of a blob: its sha256, None where there is none."""
-    return None if data is None else hashlib.sha256(data).hexdigest()
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _canonical(body: object) -> bytes:
+    return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+
+
+def _blob_record(data: bytes | None) -> dict[str, object] | None:
+    """What MANIFEST records of a blob: its size and sha256; None where there is none."""
+    return None if data is None else {"size": len(data), "sha256": _digest(data)}
 
 
 class _Damaged(ValueError):
     """The journal is not as sr-prefetch wrote it."""
 
 
-def _load(root: Path, marker: str) -> _Plan:
-    """The plan `marker` records, every blob and path checked (module docstring)."""
+class _DamagedNewBlob(_Damaged):
+    """A new-bytes blob is not as written; the old bytes may still be replayed."""
+
+
+def _load(root: Path, marker: str, kinds: tuple[str, ...] = ("old", "new")) -> _Plan:
+    """The plan `marker` records, with the blobs of `kinds` (the others left None), all
+    of it checked first (module docstring).  Raises _DamagedNewBlob where only a new
+    blob fails its check, JournalError for any other damage."""
     journal = root / JOURNAL
     try:
-        manifest = json.loads((journal / marker).read_bytes())
-        plan = _Plan(_typed(manifest["what"], str), made=_typed(manifest["made"], list))
-        plan.removed = [(path, _mode(mode)) for path, mode in manifest["removed"]]
-        for index, entry in enumerate(manifest["files"]):
-            blob = {kind: _blob(journal, f"{index}.{kind}", entry[kind]) for kind in ("old", "new")}
-            plan.files.append(
-                _File(
-                    entry["path"],
-                    blob["old"],
-                    None if blob["old"] is None else _mode(entry["old_mode"]),
-                    blob["new"],
-                    None if blob["new"] is None else _mode(entry["new_mode"]),
-                )
-            )
-        for path in [*plan.made, *(p for p, _ in plan.removed), *(f.path for f in plan.files)]:
-            _check_inside(root, path)
+        return _read(root, journal, marker, kinds)
+    except _DamagedNewBlob:
+        raise
     except (OSError, ValueError, KeyError, TypeError) as error:
         raise JournalError(
             f"{journal / marker} cannot be replayed ({error}): sr-prefetch did not write it as "
             "it is, and changed nothing; put the files it names back by hand (git checkout, "
             f"or reinstall vLLM) and remove {journal}"
         ) from None
+
+
+def _read(root: Path, journal: Path, marker: str, kinds: tuple[str, ...]) -> _Plan:
+    manifest = json.loads((journal / marker).read_bytes())
+    body = _typed(manifest["plan"], dict)
+    if _digest(_canonical(body)) != manifest["sha256"]:
+        raise _Damaged(f"{marker} is not the manifest its sha256 names")
+    plan = _Plan(_typed(body["what"], str), made=_typed(body["made"], list))
+    plan.removed = [(path, _mode(mode)) for path, mode in body["removed"]]
+    names = {marker}
+    for index, entry in enumerate(_typed(body["files"], list)):
+        blob: dict[str, bytes | None] = {}
+        for kind in ("old", "new"):
+            if entry[kind] is not None:
+                names.add(f"{index}.{kind}")
+            blob[kind] = _blob(journal, f"{index}.{kind}", entry[kind]) if kind in kinds else None
+        plan.files.append(
+            _File(
+                entry["path"],
+                blob["old"],
+                None if entry["old"] is None else _mode(entry["old_mode"]),
+                blob["new"],
+                None if entry["new"] is None else _mode(entry["new_mode"]),
+            )
+        )
+    extra = sorted(set(os.listdir(journal)) - names)
+    if extra:
+        raise _Damaged(f"the journal holds files it does not name: {', '.join(extra)}")
+    for path in [*plan.made, *(p for p, _ in plan.removed), *(f.path for f in plan.files)]:
+        _check_inside(root, path)
     return plan
 
 
@@ -329,13 +372,21 @@ def _mode(value: object) -> int:
     return value
 
 
-def _blob(journal: Path, name: str, digest: object) -> bytes | None:
-    """The blob `name`, if MANIFEST records one, after its sha256 is checked."""
-    if digest is None:
+def _blob(journal: Path, name: str, record: object) -> bytes | None:
+    """The blob `name` that MANIFEST records as `record`, after its size and sha256
+    are checked."""
+    if record is None:
         return None
-    data = (journal / name).read_bytes()
-    if _digest(data) != _typed(digest, str):
-        raise _Damaged(f"{name} is not the blob its sha256 names")
+    record = _typed(record, dict)
+    damaged = _DamagedNewBlob if name.endswith(".new") else _Damaged
+    try:
+        data = (journal / name).read_bytes()
+    except FileNotFoundError:
+        raise damaged(f"its blob {name} is missing") from None
+    if len(data) != record["size"]:
+        raise damaged(f"its blob {name} is {len(data)} bytes, not the {record['size']} written")
+    if _digest(data) != record["sha256"]:
+        raise damaged(f"its blob {name} is not the bytes its sha256 names")
     return data
 
 

@@ -1,10 +1,12 @@
-"""The journal replays only what it wrote: each blob checked against its sha256, each
-path inside the tree; a journal that fails a check is refused whole and nothing is
-written."""
+"""The journal replays only what it wrote: MANIFEST checked against its sha256, each
+blob against its size and sha256, each path inside the tree, no file it does not name.
+A damaged new blob is undone from the old bytes; any other damage is refused whole, in
+one line, with nothing written."""
 
 from __future__ import annotations
 
 import json
+import random
 from pathlib import Path
 
 import pytest
@@ -32,8 +34,11 @@ def manifest(root: Path) -> dict:
 
 
 def rewrite(root: Path, edit: dict) -> None:
+    """MANIFEST with `edit` made to its plan, its sha256 made to match: damage that the
+    checksum alone would not catch."""
     data = manifest(root)
-    data.update(edit)
+    data["plan"].update(edit)
+    data["sha256"] = journal._digest(journal._canonical(data["plan"]))
     (root / journal.JOURNAL / journal.MANIFEST).write_text(json.dumps(data))
 
 
@@ -62,16 +67,61 @@ def refused(root: Path, reason: str) -> None:
     assert (root / journal.JOURNAL / journal.MANIFEST).is_file()  # kept, for the user
 
 
-@pytest.mark.parametrize("blob", ["0.new", "0.old", "1.new"])
-def test_a_truncated_blob_is_refused(cut_short: Path, blob: str) -> None:
-    path = cut_short / journal.JOURNAL / blob
-    path.write_bytes(path.read_bytes()[:4])
-    refused(cut_short, f"{blob} is not the blob its sha256 names")
+def damage(path: Path, how: str) -> None:
+    data = path.read_bytes()
+    if how == "truncated":
+        path.write_bytes(data[:4])
+    elif how == "altered":
+        path.write_bytes(bytes([data[0] ^ 1]) + data[1:])
+    else:
+        path.unlink()
 
 
-def test_a_missing_blob_is_refused(cut_short: Path) -> None:
-    (cut_short / journal.JOURNAL / "0.new").unlink()
+DAMAGE = ["truncated", "altered", "missing"]
+
+
+@pytest.mark.parametrize("how", DAMAGE)
+@pytest.mark.parametrize("blob", ["0.new", "1.new"])
+def test_a_damaged_new_blob_is_undone_from_the_old_bytes(
+    cut_short: Path, blob: str, how: str
+) -> None:
+    damage(cut_short / journal.JOURNAL / blob, how)
+    said = journal.settle(cut_short) or ""
+    assert "undid the apply" in said and blob in said, said
+    assert (cut_short / "vllm" / "a.py").read_bytes() == OLD
+    assert not (cut_short / "vllm" / "sub").exists()
+    assert not (cut_short / journal.JOURNAL).exists()
+
+
+@pytest.mark.parametrize("how", DAMAGE)
+def test_a_damaged_old_blob_is_refused(cut_short: Path, how: str) -> None:
+    damage(cut_short / journal.JOURNAL / "0.old", how)
+    refused(cut_short, "0.old")
+
+
+def test_a_damaged_old_blob_is_refused_in_an_undo_too(cut_short: Path) -> None:
+    jdir = cut_short / journal.JOURNAL
+    (jdir / journal.MANIFEST).rename(jdir / journal.ROLLBACK)
+    damage(jdir / "0.old", "altered")
+    with pytest.raises(journal.JournalError, match=r"0\.old is not the bytes"):
+        journal.settle(cut_short)
+    assert (cut_short / "vllm" / "a.py").read_bytes() == OLD
+
+
+@pytest.mark.parametrize("how", ["truncated", "altered"])
+def test_a_damaged_manifest_is_refused(cut_short: Path, how: str) -> None:
+    path = cut_short / journal.JOURNAL / journal.MANIFEST
+    data = path.read_bytes()
+    if how == "truncated":
+        path.write_bytes(data[: len(data) // 2])
+    else:
+        path.write_bytes(data.replace(b'"apply"', b'"revert"'))
     refused(cut_short, "cannot be replayed")
+
+
+def test_an_extra_file_in_the_journal_is_refused(cut_short: Path) -> None:
+    (cut_short / journal.JOURNAL / "7.new").write_bytes(NEW)
+    refused(cut_short, "files it does not name: 7.new")
 
 
 @pytest.mark.parametrize(
@@ -79,7 +129,7 @@ def test_a_missing_blob_is_refused(cut_short: Path) -> None:
     ["../outside.py", "/tmp/outside.py", "vllm/../../outside.py", "vllm//a.py", "./vllm/a.py"],
 )
 def test_a_path_outside_the_tree_is_refused(cut_short: Path, path: str) -> None:
-    files = manifest(cut_short)["files"]
+    files = manifest(cut_short)["plan"]["files"]
     files[1]["path"] = path
     rewrite(cut_short, {"files": files})
     refused(cut_short, "is not a path inside the tree")
@@ -87,7 +137,7 @@ def test_a_path_outside_the_tree_is_refused(cut_short: Path, path: str) -> None:
 
 
 def test_a_path_into_the_journal_is_refused(cut_short: Path) -> None:
-    files = manifest(cut_short)["files"]
+    files = manifest(cut_short)["plan"]["files"]
     files[1]["path"] = f"{journal.JOURNAL}/{journal.MANIFEST}"
     rewrite(cut_short, {"files": files})
     refused(cut_short, "is not a path inside the tree")
@@ -111,7 +161,69 @@ def test_directories_are_checked_too(cut_short: Path, key: str, value: list) -> 
 
 
 def test_a_mode_that_is_not_one_is_refused(cut_short: Path) -> None:
-    files = manifest(cut_short)["files"]
+    files = manifest(cut_short)["plan"]["files"]
     files[0]["new_mode"] = "0o777"
     rewrite(cut_short, {"files": files})
     refused(cut_short, "is not a file mode")
+
+
+def test_random_damage_ends_as_before_as_after_or_in_one_line(tmp_path: Path) -> None:
+    """A bounded fuzz test: random damage to a cut-short journal's files and to the
+    tree's targets; settle then leaves the tree as before or as after the apply, or
+    refuses in one line with the tree as it found it."""
+    rng = random.Random(58)
+    for case in range(300):
+        base = tmp_path / str(case)
+        root = base / "tree"
+        (root / "vllm").mkdir(parents=True)
+        (root / "vllm" / "a.py").write_bytes(OLD)
+        (root / "vllm" / "c.py").write_bytes(OLD)
+        changes = {"vllm/a.py": NEW, "vllm/sub/b.py": NEW, "vllm/c.py": None}
+        journal._prepare(root, journal._plan(root, changes, (), "apply"))
+        before = {"vllm/a.py": OLD, "vllm/c.py": OLD}
+        after = {"vllm/a.py": NEW, "vllm/sub/b.py": NEW}
+        jdir = root / journal.JOURNAL
+        for _ in range(rng.randint(1, 3)):
+            victim = rng.choice([*sorted(jdir.iterdir()), root / "vllm" / "a.py"])
+            if not victim.exists():
+                continue
+            data = victim.read_bytes()
+            how = rng.choice(["truncate", "flip", "delete", "extra", "append"])
+            if how == "truncate":
+                victim.write_bytes(data[: rng.randrange(len(data) + 1)])
+            elif how == "flip" and data:
+                i = rng.randrange(len(data))
+                victim.write_bytes(
+                    data[:i] + bytes([data[i] ^ 1 << rng.randrange(8)]) + data[i + 1 :]
+                )
+            elif how == "delete":
+                victim.unlink()
+            elif how == "extra":
+                (jdir / f"{rng.randrange(9)}.{rng.choice(['old', 'new'])}").write_bytes(data)
+            else:
+                victim.write_bytes(data + b"x")
+        found = tree(root)
+        try:
+            said = journal.settle(root) or ""
+        except journal.JournalError as error:
+            assert "\n" not in str(error), (case, error)
+            assert tree(root) == found, case
+            continue
+        expected = (
+            after
+            if "finished" in said
+            else before
+            if "undid" in said
+            else found  # no MANIFEST: the apply had not begun
+        )
+        assert tree(root) == expected, (case, said)
+        assert not jdir.exists() and sorted(p.name for p in base.iterdir()) == ["tree"]
+
+
+def tree(root: Path) -> dict[str, bytes]:
+    """The tree's files, the journal's left out."""
+    return {
+        p.relative_to(root).as_posix(): p.read_bytes()
+        for p in root.rglob("*")
+        if p.is_file() and not p.relative_to(root).as_posix().startswith(journal.JOURNAL)
+    }
