@@ -218,6 +218,9 @@ def _parser() -> argparse.ArgumentParser:
         "-o", "--output", type=Path, required=True, metavar="FILE", help="the file, or - for stdout"
     )
     export.add_argument(
+        "--force", action="store_true", help="replace FILE where it exists (refused without)"
+    )
+    export.add_argument(
         "--signoff",
         action="store_true",
         help="end the message with 'Signed-off-by: NAME <EMAIL>' (vLLM's DCO check), NAME "
@@ -369,7 +372,7 @@ def _export(args: argparse.Namespace) -> int:
         raise gitrepo.GitError(gitrepo.NO_IDENTITY)
     to_stdout = str(args.output) == "-"
     if not to_stdout:
-        _check_output(args.output)
+        _check_output(args.output, args.force)
     release = releases.get(args.base) if args.base else releases.NEWEST
     pristine = sources.pristine_tree(release)
     workdir = Path(tempfile.mkdtemp(prefix="sr-prefetch-export-"))
@@ -412,12 +415,18 @@ def _export(args: argparse.Namespace) -> int:
     return 0
 
 
-def _check_output(output: Path) -> None:
-    """Refuses, before any work, an export destination that cannot be written."""
+def _check_output(output: Path, force: bool) -> None:
+    """Refuses, before any work, an export destination that cannot be written, or one
+    that exists, unless `force`."""
     if output.is_dir():
         raise ExportError(
             f"cannot write the patch to {output}: it is a folder: give a file name "
             f"(-o {output / 'sr-prefetch.patch'}), or - for stdout; nothing was written"
+        )
+    if os.path.lexists(output) and not force:
+        raise ExportError(
+            f"{output} exists: add --force to replace it, or give another file; nothing "
+            "was written"
         )
     folder = output.parent
     while not folder.exists() and folder != folder.parent:

@@ -38,9 +38,18 @@ class NotUtf8Path(TreeError):
     paths in UTF-8."""
 
 
+class UnreadableVersion(TreeError):
+    """A file that states the tree's version is not UTF-8 text."""
+
+
 def find_tree(path: Path) -> Path:
     """The vLLM tree at `path`, resolved; refuses anything that holds no `vllm/` package."""
-    root = path.expanduser().resolve()
+    try:
+        root = path.expanduser().resolve()
+    except (OSError, RuntimeError) as error:  # RuntimeError: a symlink loop (Python < 3.13)
+        raise TreeError(
+            f"{path} cannot be resolved ({error}): give a path without a symlink loop"
+        ) from None
     try:
         str(root).encode("utf-8")
     except UnicodeEncodeError as error:
@@ -73,7 +82,7 @@ def read_version(root: Path) -> str | None:
     """
     version_file = root / "vllm" / "_version.py"
     if version_file.is_file():
-        match = _VERSION_ASSIGNMENT.search(version_file.read_text(encoding="utf-8"))
+        match = _VERSION_ASSIGNMENT.search(_version_text(version_file))
         if match:
             return match.group(1)
     described = describe(root) if is_git_worktree(root) else None
@@ -83,10 +92,20 @@ def read_version(root: Path) -> str | None:
             release, ahead = match.groups()
             return f"{release}+{ahead}" if ahead else release
     for metadata in sorted(root.glob("vllm-*.dist-info/METADATA")):
-        for line in metadata.read_text(encoding="utf-8").splitlines():
+        for line in _version_text(metadata).splitlines():
             if line.startswith("Version:"):
                 return line.split(":", 1)[1].strip()
     return None
+
+
+def _version_text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise UnreadableVersion(
+            f"{path} is not UTF-8 (byte {error.start}), so it tells no vLLM version: "
+            "restore it (git checkout, or reinstall vLLM), or name the release with --base"
+        ) from None
 
 
 class Kind(str, enum.Enum):
@@ -116,7 +135,12 @@ class Target:
 def resolve(path: Path, base: str | None = None) -> Target:
     """The target at `path`, its release read from its version or given as `base`."""
     root = find_tree(path)
-    version = read_version(root)
+    try:
+        version = read_version(root)
+    except UnreadableVersion:
+        if base is None:
+            raise
+        version = None
     if version is None and base is None:
         raise TreeError(
             f"cannot tell the vLLM version of {root}: no vllm/_version.py, no v* git tag, "

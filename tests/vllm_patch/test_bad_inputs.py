@@ -341,7 +341,60 @@ def test_export_to_an_unwritable_place_is_refused_in_one_line(
     assert list(folder.iterdir()) == []
 
 
+def test_export_over_an_existing_file_is_refused_without_force(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    mail = tmp_path / "x.patch"
+    mail.write_text("mine\n")
+    status, out = run(capsys, "export", "-o", mail)
+    assert status == 1, out
+    assert only_line(out) == (
+        f"sr-prefetch: {mail} exists: add --force to replace it, or give another file; "
+        "nothing was written"
+    )
+    assert mail.read_text() == "mine\n"
+    status, out = run(capsys, "export", "--force", "-o", mail)
+    assert status == 0, out
+    assert mail.read_text().startswith("From ")
+
+
 # --- versions and git -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+@pytest.mark.parametrize("kind", ["source tree", "installed"])
+def test_a_version_file_that_is_not_utf8_is_one_line(
+    pristine: Path, tmp_path: Path, kind: str, command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = small_copy(pristine, tmp_path / "small")
+    if kind == "installed":
+        (root / "vllm/_version.py").unlink()
+        metadata = installed(root) / f"vllm-{NEWEST.version}.dist-info" / "METADATA"
+        bad = metadata
+    else:
+        bad = root / "vllm/_version.py"
+    bad.write_bytes(b'__version__ = "0.33.0\xff"\nVersion: \xff\n')
+    before = full_snapshot(root)
+    status, out = run(capsys, command, root)
+    assert status == 1, out
+    assert only_line(out) == (
+        f"sr-prefetch: {bad.resolve()} is not UTF-8 (byte {bad.read_bytes().index(0xFF)}), "
+        "so it tells no vLLM version: restore it (git checkout, or reinstall vLLM), or name "
+        "the release with --base"
+    )
+    assert full_snapshot(root) == before
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_a_path_that_is_a_symlink_loop_is_one_line(
+    tmp_path: Path, command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    loop = tmp_path / "loop"
+    loop.symlink_to(loop)
+    status, out = run(capsys, command, loop)
+    assert status == 1, out
+    assert only_line(out).startswith(f"sr-prefetch: {loop} cannot be resolved ("), out
+    assert only_line(out).endswith("): give a path without a symlink loop"), out
 
 
 @pytest.mark.parametrize("command", COMMANDS)
