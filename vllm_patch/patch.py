@@ -50,6 +50,10 @@ class NotUtf8(PatchError):
     """A file the patch reads is not UTF-8 text, as vLLM's sources are."""
 
 
+class NotLfText(PatchError):
+    """A file the patch changes has CR line endings, which vLLM's sources do not."""
+
+
 class SymlinkOutside(PatchError):
     """A file the patch changes is a symlink that leads out of the tree."""
 
@@ -172,6 +176,14 @@ def _check(target: Target, design: Design) -> tuple[bool, list[FileReport], dict
             missing = FileReport(file_ops.path, FileState.MISSING, ["the file does not exist"])
             reports.append(missing)
             continue
+        if "\r" in text:
+            line = text.count("\n", 0, text.index("\r")) + 1
+            raise NotLfText(
+                f"{file_ops.path} has CR line endings (line {line} the first), and vLLM's "
+                "sources have LF only, as the patch writes them: restore the file with LF "
+                "endings (git config core.autocrlf false, then git checkout the file, or "
+                "dos2unix it); nothing was changed"
+            )
         problems = [_local_edit_reason(target)] if file_ops.path in dirty else []
         details = _through_link(target.root, file_ops.path)
         original = text

@@ -82,6 +82,32 @@ def test_a_target_file_that_is_not_utf8_is_refused_in_one_line(
     assert full_snapshot(small_tree) == before
 
 
+@pytest.mark.parametrize("endings", ["all", "mixed"])
+@pytest.mark.parametrize("command", ["check", "apply"])
+def test_a_target_file_with_crlf_endings_is_refused_in_one_line(
+    small_tree: Path, command: str, endings: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    file = small_tree / envs.PATH
+    lines = file.read_bytes().split(b"\n")
+    if endings == "all":
+        file.write_bytes(b"\r\n".join(lines))
+        first = 1
+    else:
+        file.write_bytes(b"\n".join(lines[:3]) + b"\r\n" + b"\n".join(lines[3:]))
+        first = 3
+    git(small_tree, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "crlf")
+    before = full_snapshot(small_tree)
+    status, out = run(capsys, command, small_tree)
+    assert status == 1, out
+    assert only_line(out) == (
+        f"sr-prefetch: {envs.PATH} has CR line endings (line {first} the first), and vLLM's "
+        "sources have LF only, as the patch writes them: restore the file with LF endings "
+        "(git config core.autocrlf false, then git checkout the file, or dos2unix it); "
+        "nothing was changed"
+    )
+    assert full_snapshot(small_tree) == before
+
+
 # --- a tree path that is not UTF-8 -----------------------------------------------------------
 
 
