@@ -4,6 +4,8 @@ without PATH patches and `export` diffs against."""
 
 from __future__ import annotations
 
+import glob
+import os
 import shutil
 import sys
 import tempfile
@@ -49,7 +51,8 @@ def pristine_tree(release: Release = releases.NEWEST) -> Path:
     except wheel.WheelError as error:
         raise FetchError(f"could not fetch vLLM {release.version}: {error}") from None
     with writing():
-        staging = Path(tempfile.mkdtemp(prefix=f"{target.name}.", dir=target.parent))
+        _remove_stale_stagings(target)
+        staging = Path(tempfile.mkdtemp(prefix=f"{target.name}.{os.getpid()}.", dir=target.parent))
         try:
             for name, data in members.items():
                 if not name.startswith("vllm/") or data.startswith(_ELF_MAGIC):
@@ -67,6 +70,25 @@ def pristine_tree(release: Release = releases.NEWEST) -> Path:
         finally:
             shutil.rmtree(staging, ignore_errors=True)
     return target
+
+
+def _remove_stale_stagings(target: Path) -> None:
+    """Removes the staging folders beside `target` of fetches that were killed before
+    their rename (named `<target>.<pid>.<random>`; a live process's are kept)."""
+    for staging in target.parent.glob(f"{glob.escape(target.name)}.*.*"):
+        pid = staging.name[len(target.name) + 1 :].split(".")[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(staging, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def release_files(release: Release, paths: tuple[str, ...]) -> dict[str, bytes]:

@@ -459,3 +459,19 @@ def test_a_git_tree_that_git_refuses_is_said_to_be_refused(
     )
     assert full_snapshot(small_tree) == before
     assert tree.find_tree(small_tree) == small_tree
+
+
+def test_a_fetch_killed_before_its_rename_leaves_nothing_for_long(tmp_path: Path) -> None:
+    """The next fetch removes a dead fetch's staging folder, and keeps a live one's."""
+    from vllm_patch import sources
+
+    target = tmp_path / "vllm-0.33.0"
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    stale = tmp_path / f"vllm-0.33.0.{dead.pid}.abc123"
+    live = tmp_path / f"vllm-0.33.0.{os.getpid()}.def456"
+    other = tmp_path / "vllm-0.30.0.1.abc"
+    for folder in (stale, live, other):
+        (folder / "vllm").mkdir(parents=True)
+    sources._remove_stale_stagings(target)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([live.name, other.name])
