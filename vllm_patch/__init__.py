@@ -12,3 +12,16 @@ that `wheel` reads from PyPI over HTTP ranges (`pristine` records their sha256).
 `plugin` is the `vllm.general_plugins` entry point, which serves the same edits to a
 stock vLLM from memory through `plugin_attach`'s import hook (PLUGIN.md).
 """
+
+import sys
+
+
+def entry() -> None:
+    """The `sr-prefetch` command.  Ctrl-C while the command line still loads (before
+    cli's own handler is in place) exits 130 with one line."""
+    try:
+        from .cli import entry as run
+    except KeyboardInterrupt:
+        print("sr-prefetch: interrupted while starting; nothing was changed", file=sys.stderr)
+        raise SystemExit(130) from None
+    run()

@@ -1,5 +1,5 @@
 """`python -m vllm_patch`: the sr-prefetch command line."""
 
-from .cli import entry
+from . import entry
 
 entry()

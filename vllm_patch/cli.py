@@ -425,8 +425,7 @@ def _check_output(output: Path, force: bool) -> None:
         )
     if os.path.lexists(output) and not force:
         raise ExportError(
-            f"{output} exists: add --force to replace it, or give another file; nothing "
-            "was written"
+            f"{output} exists: add --force to replace it, or give another file; nothing was written"
         )
     folder = output.parent
     while not folder.exists() and folder != folder.parent:

@@ -475,3 +475,23 @@ def test_a_fetch_killed_before_its_rename_leaves_nothing_for_long(tmp_path: Path
         (folder / "vllm").mkdir(parents=True)
     sources._remove_stale_stagings(target)
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([live.name, other.name])
+
+
+def test_ctrl_c_while_the_command_line_loads_is_one_line() -> None:
+    """A KeyboardInterrupt raised as vllm_patch.cli is imported (the first fraction of a
+    second, before cli's own handler is in place): exit 130, one line."""
+    code = (
+        "import sys\n"
+        "class Interrupt:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'vllm_patch.cli':\n"
+        "            raise KeyboardInterrupt\n"
+        "sys.meta_path.insert(0, Interrupt())\n"
+        "import vllm_patch\n"
+        "vllm_patch.entry()\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
+    assert done.returncode == 130, done
+    assert done.stdout == "" and done.stderr == (
+        "sr-prefetch: interrupted while starting; nothing was changed\n"
+    )
