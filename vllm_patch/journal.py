@@ -170,7 +170,7 @@ def _said(error: BaseException) -> str:
 def settle(root: Path) -> str | None:
     """Finishes or undoes a transaction that was cut short in `root`; says which, or
     None where there was none."""
-    if not (root / JOURNAL).is_dir():
+    if not os.path.lexists(root / JOURNAL):
         return None
     with _locked(root):
         return _settle_locked(root)
@@ -178,8 +178,13 @@ def settle(root: Path) -> str | None:
 
 def _settle_locked(root: Path) -> str | None:
     journal = root / JOURNAL
-    if not journal.is_dir():
+    if not os.path.lexists(journal):
         return None
+    if journal.is_symlink() or not journal.is_dir():
+        raise JournalError(
+            f"{journal} is not a folder, and sr-prefetch keeps its journal there: remove "
+            f"it (rm {journal}) and run the command again; nothing was changed"
+        )
     if (journal / MANIFEST).is_file():
         try:
             plan = _load(root, MANIFEST)

@@ -227,3 +227,19 @@ def tree(root: Path) -> dict[str, bytes]:
         for p in root.rglob("*")
         if p.is_file() and not p.relative_to(root).as_posix().startswith(journal.JOURNAL)
     }
+
+
+@pytest.mark.parametrize("kind", ["file", "symlink"])
+def test_a_journal_path_that_is_not_a_folder_is_one_line(tmp_path: Path, kind: str) -> None:
+    root = tmp_path / "tree"
+    (root / "vllm").mkdir(parents=True)
+    (root / "vllm" / "a.py").write_bytes(OLD)
+    if kind == "file":
+        (root / journal.JOURNAL).write_bytes(b"")
+    else:
+        (tmp_path / "elsewhere").mkdir()
+        (root / journal.JOURNAL).symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(journal.JournalError, match="is not a folder") as error:
+        journal.replace_files(root, {"vllm/a.py": NEW})
+    assert "\n" not in str(error.value)
+    assert (root / "vllm" / "a.py").read_bytes() == OLD
