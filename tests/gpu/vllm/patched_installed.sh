@@ -6,7 +6,7 @@
 # build step), the fork's test (as the patch adds it to a source tree) runs against it on
 # the GPU, and `sr-prefetch revert --installed` gives the files back; their sha256 before
 # and after must match.
-# SR_FORK_TESTS=PATTERN runs only the test files whose path matches it (grep).
+# SR_FORK_TESTS=PATTERN runs only the test files whose path matches it (grep), e.g. kernels/mamba.
 # Writes the log to $OUT (default /tmp/out).
 set -uo pipefail
 out=${OUT:-/tmp/out}
@@ -42,7 +42,7 @@ for path, text in fork_test.files(Design(sys.argv[2]), ssu.read_text()).items():
     (root / path).write_text(text)
     print(path)
 " "/tmp/forktest-$design" "$design" "$site") || status=1
-    # SR_FORK_TESTS (a grep pattern) keeps the test files it matches, e.g. tests/kernels.
+    # SR_FORK_TESTS (a grep pattern) keeps the test files it matches, e.g. "kernels/mamba".
     [ -z "${SR_FORK_TESTS:-}" ] || tests=$(printf '%s\n' $tests | grep -- "$SR_FORK_TESTS")
     (cd "/tmp/forktest-$design" && python3 -m pytest $tests -v -p no:cacheprovider) || status=1
     python3 -m vllm_patch revert --installed || status=1
