@@ -92,12 +92,35 @@ def _run(args: argparse.Namespace) -> int:
         CacheError,
         sources.FetchError,
         ExportError,
-        OSError,
     ) as error:
-        # Writes are one transaction (journal.replace_files), so an OSError while
-        # writing leaves the target as it was.
         print(f"sr-prefetch: {error}", file=sys.stderr)
         return 1
+    except OSError as error:
+        # Writes are one transaction (journal.replace_files), so an OSError while
+        # writing leaves the target as it was.
+        print(f"sr-prefetch: {_os_error_line(error)}", file=sys.stderr)
+        return 1
+
+
+_FIXES = {
+    "full": "free space on that disk, then run the command again",
+    "access": "make it writable (its mode or owner, or chattr -i where a file is "
+    "immutable), then run the command again",
+    "file": "move that file away, then run the command again",
+}
+
+
+def _os_error_line(error: OSError) -> str:
+    """An OSError in one line: the file it names (the one a staged write stood in for),
+    what stopped it, and what to do."""
+    if not error.filename:
+        return str(error)
+    path = Path(os.fsdecode(error.filename))
+    if path.name.startswith(".") and path.name.endswith(".sr-prefetch"):
+        path = path.with_name(path.name[1 : -len(".sr-prefetch")])
+    problem, kind = write_problem(error, path)
+    fix = _FIXES.get(kind, "fix that, then run the command again")
+    return f"cannot change {path}: {problem}: {fix}"
 
 
 class _Interrupts:

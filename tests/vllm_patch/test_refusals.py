@@ -7,6 +7,7 @@ fraction of a full clone's cost).
 
 from __future__ import annotations
 
+import errno
 import sys
 from pathlib import Path
 
@@ -283,6 +284,37 @@ def test_a_failed_write_leaves_the_tree_as_it_was(
     monkeypatch.setattr(journal, "_replace", failing_replace)
     assert "disk full" in refused(capsys, small_tree, "apply", small_tree)
     assert len(calls) > 4  # the 4th failed, and the undo renamed files back
+    assert git(small_tree, "status", "--porcelain", "-uall") == ""
+
+
+@pytest.mark.parametrize(
+    ("code", "problem", "fix"),
+    [
+        (errno.ENOSPC, "its disk is full", "free space on that disk"),
+        (errno.EPERM, "vllm is not writable", "chattr -i where a file is immutable"),
+    ],
+    ids=["full_disk", "immutable_file"],
+)
+def test_an_os_error_is_one_line_with_its_file_and_fix(
+    small_tree: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    code: int,
+    problem: str,
+    fix: str,
+) -> None:
+    real_replace = journal._replace
+
+    def failing_replace(source: Path, target: Path) -> None:
+        if target.name == "envs.py":
+            raise OSError(code, "the OS's words", str(source))
+        real_replace(source, target)
+
+    monkeypatch.setattr(journal, "_replace", failing_replace)
+    message = refused(capsys, small_tree, "apply", small_tree)
+    assert message.count("\n") == 1 and "Traceback" not in message, message
+    assert message.startswith(f"sr-prefetch: cannot change {small_tree / envs.PATH}: "), message
+    assert problem in message and fix in message, message
     assert git(small_tree, "status", "--porcelain", "-uall") == ""
 
 
