@@ -37,6 +37,8 @@ class GraphMode(str, enum.Enum):
     FULL_AND_PIECEWISE = "FULL_AND_PIECEWISE"
     PIECEWISE = "PIECEWISE"
     EAGER = "eager"
+    # FULL graphs for uniform decode batches, every other step eager.
+    FULL_DECODE_ONLY = "FULL_DECODE_ONLY"
 
 
 class Perturb(str, enum.Enum):

@@ -44,7 +44,12 @@ def key(arm: str, runner: Runner, mode: GraphMode, serving: Serving = PLAIN) -> 
     return cell if serving == PLAIN else f"{cell}/{serving.name}"
 
 
-MODES = (GraphMode.EAGER, GraphMode.FULL_AND_PIECEWISE, GraphMode.PIECEWISE)
+MODES = (
+    GraphMode.EAGER,
+    GraphMode.FULL_AND_PIECEWISE,
+    GraphMode.PIECEWISE,
+    GraphMode.FULL_DECODE_ONLY,
+)
 
 
 def _leaders(arm: Arm, runner: Runner) -> list[Runner]:
