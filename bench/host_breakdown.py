@@ -159,7 +159,7 @@ def breakdown_steps(parts: Breakdown) -> dict[str, Step]:
             batch.consumed = len(views)
 
     def takes() -> None:
-        batch = SeedBatch("host-breakdown", views, device_index, len(views), None)
+        batch = SeedBatch(prefetch._hand_back, views, device_index, len(views), None)
         model.forward(batch.take)  # type: ignore[arg-type]
 
     def design() -> None:

@@ -22,7 +22,6 @@ except ModuleNotFoundError as error:
     ) from None
 
 from .core import SeedPrefetch, SRSeedPrefetcher
-from .core.prefetch import WrongStreamError
 from .forward_context import ForwardContextSeedPrefetcher
 from .forward_context.side_stream import SyncPlan, UnjoinedCaptureError
 
@@ -32,5 +31,4 @@ __all__ = [
     "SeedPrefetch",
     "SyncPlan",
     "UnjoinedCaptureError",
-    "WrongStreamError",
 ]

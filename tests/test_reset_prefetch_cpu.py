@@ -7,13 +7,12 @@ against stock: tests/gpu."""
 from __future__ import annotations
 
 import ast
-import logging
 from collections.abc import Callable
 
 import pytest
 import torch
 
-from runner_hooks import SeedPrefetch, SRSeedPrefetcher, WrongStreamError
+from runner_hooks import SeedPrefetch, SRSeedPrefetcher
 from runner_hooks.core import prefetch as core
 from vllm_patch import releases, sdist
 
@@ -49,6 +48,14 @@ def generator(monkeypatch: pytest.MonkeyPatch) -> FakeGenerator:
     made = FakeGenerator()
     monkeypatch.setattr(torch.cuda, "default_generators", (made,))
     return made
+
+
+@pytest.fixture
+def warnings(monkeypatch: pytest.MonkeyPatch) -> list[tuple[object, ...]]:
+    """The arguments of each `logger.warning_once` call (vLLM's logger, once per message)."""
+    calls: list[tuple[object, ...]] = []
+    monkeypatch.setattr(core.logger, "warning_once", lambda *args: calls.append(args))
+    return calls
 
 
 def prefetcher(generator: FakeGenerator, num_seeds: int = N) -> SRSeedPrefetcher:
@@ -127,11 +134,11 @@ def test_only_a_forward_inside_a_capture_records_its_graph(cuda, generator) -> N
     assert generator.offset == 4 * N
 
 
-def test_a_v1_replay_draws_before_the_graph_and_warns_not(cuda, generator, caplog) -> None:
+def test_a_v1_replay_draws_before_the_graph_and_warns_not(cuda, generator, warnings) -> None:
     p = prefetcher(generator)
-    with caplog.at_level(logging.WARNING), p.forward(full_cudagraph=True):
+    with p.forward(full_cudagraph=True):
         pass  # graph.replay(): no Python SSU call
-    assert generator.offset == 4 * N and not caplog.records
+    assert generator.offset == 4 * N and not warnings
     assert p.prefetch._buffer.whole.tolist() == [0, 4, 8, 12]
 
 
@@ -147,24 +154,20 @@ def test_every_forward_and_graph_reads_one_buffer(cuda, generator) -> None:
     assert eager.data_ptr() == captured.data_ptr()
 
 
-def test_an_eager_forward_that_takes_no_seed_warns_too(cuda, generator, caplog) -> None:
+@pytest.mark.parametrize("calls", [0, 1, N - 1])
+def test_an_eager_forward_that_leaves_seeds_warns(cuda, generator, warnings, calls) -> None:
     p = prefetcher(generator)
-    with caplog.at_level(logging.WARNING, logger=core.__name__), p.forward():
-        pass
-    assert "consumed 0 of the 4 seeds" in caplog.records[0].getMessage()
+    with p.forward():
+        take_all(p, calls)
+    assert [args[1:] for args in warnings] == [("reset", "", N)]
 
 
-def test_a_forward_that_leaves_seeds_warns_once(cuda, generator, caplog) -> None:
+def test_a_captured_forward_that_leaves_seeds_warns(cuda, generator, warnings) -> None:
     p = prefetcher(generator)
-    with caplog.at_level(logging.WARNING, logger=core.__name__):
-        for calls in (1, 0):
-            with p.forward():
-                for _ in range(calls):
-                    p.next_seed()
-    assert [r.getMessage() for r in caplog.records] == [
-        "reset: a forward consumed 1 of the 4 seeds it drew, so its later "
-        "seeds differ from stock's (warned once)"
-    ]
+    cuda.capturing = True
+    with p.forward(full_cudagraph=True):
+        take_all(p, 1)
+    assert [args[1:] for args in warnings] == [("reset", "captured ", N)]
 
 
 def test_a_forward_that_raises_is_ended(cuda, generator) -> None:
@@ -231,9 +234,9 @@ def test_the_capture_test_fails_without_the_rewind(cuda, generator, monkeypatch)
 # --- the checks, once per forward ---------------------------------------------------
 
 
-def reads_its_own_seeds(cuda: Cuda) -> None:
+def reads_its_own_seeds(cuda: Cuda, generator: FakeGenerator) -> None:
     """Every forward reads seeds drawn for it: fresh each forward, none another's."""
-    p = prefetcher(FakeGenerator())
+    p = prefetcher(generator)
     seen = []
     for _ in range(3):
         with p.forward():
@@ -241,10 +244,10 @@ def reads_its_own_seeds(cuda: Cuda) -> None:
     assert seen == [[0, 4, 8, 12], [16, 20, 24, 28], [32, 36, 40, 44]], seen
 
 
-def no_seed_across_a_capture_boundary(cuda: Cuda) -> None:
+def no_seed_across_a_capture_boundary(cuda: Cuda, generator: FakeGenerator) -> None:
     """A forward whose first seed was taken outside a capture hands none to a capture
     it enters later (every replay would read that seed as the capture found it)."""
-    p = prefetcher(FakeGenerator())
+    p = prefetcher(generator)
     with p.forward():
         taken = [p.next_seed() for _ in range(N - 1)]
         cuda.capturing = True
@@ -253,32 +256,56 @@ def no_seed_across_a_capture_boundary(cuda: Cuda) -> None:
     assert None not in taken and last is None, "a capture got a seed of an eager forward"
 
 
-def wrong_stream_caught(cuda: Cuda) -> None:
-    """A consumer on another stream than its forward's: at the first seed, and a
-    forward that moved to another stream after it."""
-    p = prefetcher(FakeGenerator())
+def wrong_stream_drawn_inline_as_stock(cuda: Cuda, generator: FakeGenerator) -> None:
+    """A forward found on another stream than its draws', at its first seed or after
+    it, hands its later seeds to inline draws there (they are not ordered after its
+    draws), from the generator where stock's draws read it: stock's values."""
     for moved_after in (0, 1):
+        p, start = prefetcher(generator), generator.offset
         cuda.stream = 1
         with p.forward():
-            for _ in range(moved_after):
-                p.next_seed()
+            taken = take_all(p, moved_after)
             cuda.stream = 2
-            with pytest.raises(WrongStreamError, match="must run on the stream"):
-                for _ in range(N):
-                    p.next_seed()
+            taken += take_all(p, N - moved_after)
+            assert taken[-1] is None, "a seed handed out on another stream"
+            inline = torch.empty(taken.count(None), dtype=torch.int64)
+            generator.draw(inline)  # the SSU calls' inline draws
+        read = [s for s in taken if s is not None] + inline.tolist()
+        assert read == [start + 4 * k for k in range(N)], read
+        assert generator.offset == start + 4 * N
     cuda.stream = 1
 
 
 GUARANTEES: list[Callable[[Cuda], None]] = [
     reads_its_own_seeds,
     no_seed_across_a_capture_boundary,
-    wrong_stream_caught,
+    wrong_stream_drawn_inline_as_stock,
 ]
 
 
 @pytest.mark.parametrize("guarantee", GUARANTEES, ids=lambda g: g.__name__)
-def test_each_guarantee_holds(cuda, guarantee) -> None:
-    guarantee(cuda)
+def test_each_guarantee_holds(cuda, generator, guarantee) -> None:
+    guarantee(cuda, generator)
+
+
+def test_a_forward_on_another_stream_warns_and_its_successor_waits_for_it(
+    cuda, generator, warnings
+) -> None:
+    """The next forward's draws, on the first stream again, wait for the stream that
+    read this forward's seeds."""
+    p = prefetcher(generator)
+    with p.forward():
+        take_all(p, 1)
+        cuda.stream = 2
+        assert take_all(p, N - 1)[-1] is None
+        generator.draw(torch.empty(1, dtype=torch.int64))  # its last SSU call's inline draw
+    assert [args[1:] for args in warnings] == [("reset",)], "warned of no unconsumed seeds"
+    handover = p.prefetch._handover
+    cuda.stream = 1
+    with p.forward():
+        assert take_all(p) == [4 * k + 4 * N for k in range(N)]
+    assert handover.recorded_on[-1] == 2 and handover.waits == 1
+    assert cuda.recorded_for == [1, 2, 1], "the buffer is recorded for each stream that reads it"
 
 
 def test_the_checks_run_at_the_first_and_last_seed_only(cuda, monkeypatch) -> None:
@@ -302,47 +329,44 @@ def unchecked(self: core.SeedBatch, k: int) -> bool:
 
 def stream_only(self: core.SeedBatch, k: int) -> bool:
     """The check with its capture half removed."""
-    if core._current_stream_handle(self._device_index) != self._stream_handle:
-        raise WrongStreamError("must run on the stream")
-    return True
+    return self._same_stream(k)
 
 
 def capture_only(self: core.SeedBatch, k: int) -> bool:
     """The check with its stream half removed."""
-    capturing = core._is_capturing()
-    if self.under_capture is None:
-        self.under_capture = capturing
-    return capturing == self.under_capture
+    return self._same_capture_state()
 
 
 @pytest.mark.parametrize(
     ("mutation", "guarantee"),
     [
         (unchecked, no_seed_across_a_capture_boundary),
-        (unchecked, wrong_stream_caught),
+        (unchecked, wrong_stream_drawn_inline_as_stock),
         (stream_only, no_seed_across_a_capture_boundary),
-        (capture_only, wrong_stream_caught),
+        (capture_only, wrong_stream_drawn_inline_as_stock),
     ],
     ids=lambda item: item.__name__,
 )
 def test_each_guarantees_test_fails_without_its_check(
-    cuda, monkeypatch, mutation, guarantee
+    cuda, generator, monkeypatch, mutation, guarantee
 ) -> None:
     monkeypatch.setattr(core.SeedBatch, "_checked", mutation)
-    with pytest.raises((AssertionError, pytest.fail.Exception)):
-        guarantee(cuda)
+    with pytest.raises(AssertionError):
+        guarantee(cuda, generator)
 
 
-@pytest.mark.parametrize("guarantee", [no_seed_across_a_capture_boundary, wrong_stream_caught])
+@pytest.mark.parametrize(
+    "guarantee", [no_seed_across_a_capture_boundary, wrong_stream_drawn_inline_as_stock]
+)
 def test_each_guarantees_test_fails_without_the_check_at_the_last_seed(
-    cuda, monkeypatch, guarantee
+    cuda, generator, monkeypatch, guarantee
 ) -> None:
     """Checked at the first seed alone, a forward that enters a capture or moves to
     another stream after it goes unnoticed."""
     check = core.SeedBatch._checked
     monkeypatch.setattr(core.SeedBatch, "_checked", lambda self, k: k != 0 or check(self, k))
-    with pytest.raises((AssertionError, pytest.fail.Exception)):
-        guarantee(cuda)
+    with pytest.raises(AssertionError):
+        guarantee(cuda, generator)
 
 
 # --- the V1 replay's premise, in each release --------------------------------------

@@ -4,9 +4,10 @@ A design vendors the modules its unit reaches: the relative-import closure of th
 unit's `__init__.py` (`UNITS`).  They land flat in one package inside vLLM, so an
 import of another unit's module (`from ..core.prefetch import ...`) becomes a
 sibling's (`from .prefetch import ...`).  The modules carry vLLM's SPDX header
-themselves; vendoring swaps `logging.getLogger` for vLLM's `init_logger`,
-swaps Triton's imports for `vllm.triton_utils`'s, and refuses a file that names
-anything outside vLLM.
+themselves; vendoring imports vLLM's `init_logger` where the source imports the
+package's own (`runner_hooks/_logging.py`, which stays behind), swaps Triton's
+imports for `vllm.triton_utils`'s, and refuses a file that names anything outside
+vLLM.
 """
 
 from __future__ import annotations
@@ -43,8 +44,8 @@ FOREIGN_NAMES = (
 CONSTANTS: dict[str, dict[str, str]] = {}
 """Module-level constants whose value the vendored copy sets: module -> name -> source."""
 
-_LOGGER_STDLIB = "logger = logging.getLogger(__name__)"
-_LOGGER_VLLM = "logger = init_logger(__name__)"
+LOGGING_MODULE = PurePosixPath("_logging.py")
+"""runner_hooks' own `init_logger`, which vLLM's replaces in the vendored copy."""
 _INIT_LOGGER_IMPORT = "from vllm.logger import init_logger\n"
 _TRITON_IMPORTS = "import triton\nimport triton.language as tl\n"
 _TRITON_UTILS_IMPORT = "from vllm.triton_utils import tl, triton\n"
@@ -74,7 +75,7 @@ def closure(design: Design, source: Path | None = None) -> list[PurePosixPath]:
         module = todo.pop()
         for node in _relative_imports(_parse(source, module)):
             target = _resolve(source, module, node)
-            if target not in modules:
+            if target != LOGGING_MODULE and target not in modules:
                 modules.append(target)
                 todo.append(target)
     return sorted(modules)
@@ -92,6 +93,7 @@ def vendored_files(design: Design, source: Path | None = None) -> dict[str, byte
         origin = f"{SOURCE_PACKAGE}/{relative}"
         text = (source / relative).read_text(encoding="utf-8")
         text = _set_constants(text, CONSTANTS.get(flat, {}), origin)
+        text = _use_init_logger(text, source, relative)
         text = _flatten_imports(text, source, relative)
         data = vendor_module(text, origin).encode("utf-8")
         foreign = [name for name in FOREIGN_NAMES if name.encode() in data]
@@ -127,8 +129,6 @@ def vendor_module(text: str, origin: str) -> str:
             )
     if not text.startswith(SPDX_HEADER):
         raise VendorError(f"{origin} must open with vLLM's SPDX header:\n{SPDX_HEADER}")
-    if _LOGGER_STDLIB in text:
-        text = _use_init_logger(text, tree, origin)
     if _TRITON_IMPORTS in text:
         text = _use_triton_utils(text, origin)
     return text
@@ -207,17 +207,27 @@ def _set_constants(text: str, values: dict[str, str], origin: str) -> str:
     return "".join(lines)
 
 
-def _use_init_logger(text: str, tree: ast.Module, origin: str) -> str:
-    """`logging.getLogger(__name__)` -> vLLM's `init_logger(__name__)`, imports kept sorted."""
-    if text.count(_LOGGER_STDLIB) != 1:
-        raise VendorError(f"{origin} defines its logger more than once")
-    uses_logging_otherwise = (
-        sum(isinstance(node, ast.Name) and node.id == "logging" for node in ast.walk(tree)) > 1
+def _use_init_logger(text: str, source: Path, module: PurePosixPath) -> str:
+    """`text` importing vLLM's `init_logger` where it imports runner_hooks', imports
+    kept sorted."""
+    origin = f"{SOURCE_PACKAGE}/{module}"
+    tree = parse(text)
+    found = [
+        node for node in _relative_imports(tree) if _resolve(source, module, node) == LOGGING_MODULE
+    ]
+    if not found:
+        return text
+    node = found[0]
+    line = f"from {'.' * node.level}{node.module} import init_logger\n"
+    if len(found) > 1 or [alias.name for alias in node.names] != ["init_logger"]:
+        raise VendorError(f"{origin}: import `init_logger` alone, as `{line.strip()}`")
+    lines = _drop_line(text.splitlines(keepends=True), line, origin)
+    rest = "".join(lines)
+    return "".join(
+        _insert_first_party(
+            rest.splitlines(keepends=True), parse(rest), _INIT_LOGGER_IMPORT, origin
+        )
     )
-    lines = _insert_first_party(text.splitlines(keepends=True), tree, _INIT_LOGGER_IMPORT, origin)
-    if not uses_logging_otherwise:
-        lines = _drop_line(lines, "import logging\n", origin)
-    return "".join(lines).replace(_LOGGER_STDLIB, _LOGGER_VLLM)
 
 
 def _use_triton_utils(text: str, origin: str) -> str:

@@ -7,24 +7,26 @@ Race-free with CUDA stream order and events only:
   seed k is stock's k-th while nothing else draws from it between Mamba layers.
 - Seeds before readers: a forward's draws are enqueued on its stream as it
   begins, and its readers (its SSU kernels, or the graph it replays) run on that
-  stream after them (`take` refuses another stream).
+  stream after them. A forward found on another stream at its first or last
+  seed draws the rest inline, as stock, from the generator put back as far.
 - One buffer, read by every forward and every captured graph: the next forward's
   draws are enqueued after this forward's readers on the same stream or, on
-  another stream, after a handover event recorded on the last one (which may be
-  the legacy default stream, handle 0, which pool streams do not sync with: "no
-  earlier forward" is None, not 0). The buffer is `record_stream`ed on each
+  another stream, after a handover event recorded on the one its readers were
+  last found on (which may be the legacy default stream, handle 0, which pool
+  streams do not sync with: "no earlier forward" is None, not 0). The buffer is `record_stream`ed on each
   stream that reads it, so freeing it with its prefetcher waits for those reads.
 - Capture: a forward that begins inside a capture draws nothing, and its graph
   reads the buffer, which the draws before each of its replays fill.
 """
 
-import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
-logger = logging.getLogger(__name__)
+from .._logging import init_logger
+
+logger = init_logger(__name__)
 
 _is_capturing = torch.cuda.is_current_stream_capturing
 
@@ -41,10 +43,6 @@ def _public_stream_handle(device_index: int) -> int:
 _current_stream_handle: Callable[[int], int] = getattr(
     torch._C, "_cuda_getCurrentRawStream", _public_stream_handle
 )
-
-
-class WrongStreamError(RuntimeError):
-    """A seed was taken on another stream than the one its forward began on."""
 
 
 class GeneratorRewindError(RuntimeError):
@@ -69,26 +67,28 @@ class SeedBatch:
 
     __slots__ = (
         "_device_index",
+        "_hand_back",
         "_last",
-        "_owner",
         "_seeds",
         "_stream_handle",
         "consumed",
         "eager_draws",
+        "handed_back",
         "under_capture",
     )
 
     def __init__(
         self,
-        owner: str,
+        hand_back: "Callable[[SeedBatch, int], None]",
         seeds: tuple[torch.Tensor, ...],
         device_index: int,
         eager_draws: int,
         under_capture: bool | None,
     ) -> None:
-        """`eager_draws`: seeds drawn for it outside any capture; `under_capture`:
+        """`hand_back(batch, k)`: gives seeds k.. back to inline draws;
+        `eager_draws`: seeds drawn for it outside any capture; `under_capture`:
         None while its first seed, taken in a capture or not, is to tell."""
-        self._owner = owner
+        self._hand_back = hand_back
         self._seeds = seeds
         self._last = len(seeds) - 1
         self._device_index = device_index
@@ -96,10 +96,12 @@ class SeedBatch:
         self.eager_draws = eager_draws
         self.under_capture = under_capture
         self.consumed = 0
+        self.handed_back = False
 
     def take(self) -> torch.Tensor | None:
-        """The next seed; None (the caller draws as stock) beyond the batch, or
-        when the capture state at the first or last seed differs from the batch's."""
+        """The next seed; None (the caller draws as stock) beyond the batch, when
+        the capture state at the first or last seed differs from the batch's, and
+        from a seed taken on another stream than the forward's on."""
         k = self.consumed
         if k > self._last:
             return None
@@ -109,7 +111,10 @@ class SeedBatch:
         return self._seeds[k]
 
     def _checked(self, k: int) -> bool:
-        """Whether seed k may be handed out here; raises on the wrong stream."""
+        """Whether seed k may be handed out here."""
+        return self._same_capture_state() and self._same_stream(k)
+
+    def _same_capture_state(self) -> bool:
         capturing = _is_capturing()
         if self.under_capture is None:
             self.under_capture = capturing
@@ -117,16 +122,18 @@ class SeedBatch:
                 # Drawn before the capture began: each replay reads the draws
                 # enqueued before it on its own stream, not the capture's.
                 self._stream_handle = None
-        elif capturing != self.under_capture:
-            return False
+        return capturing == self.under_capture
+
+    def _same_stream(self, k: int) -> bool:
+        """Whether seed k is taken on the forward's stream; if not, it and the
+        later seeds are handed back, to be drawn inline."""
         handle = self._stream_handle
-        if handle is not None and _current_stream_handle(self._device_index) != handle:
-            raise WrongStreamError(
-                f"{self._owner}: seed {k} taken on {torch.cuda.current_stream()}, "
-                f"but its forward began on stream {handle:#x}; all SSU calls of "
-                "a forward must run on the stream it began on"
-            )
-        return True
+        if handle is None or _current_stream_handle(self._device_index) == handle:
+            return True
+        self._last = k - 1
+        self.handed_back = True
+        self._hand_back(self, k)
+        return False
 
     @property
     def complete(self) -> bool:
@@ -155,7 +162,6 @@ class SeedPrefetch:
         self._stream: torch.cuda.Stream | None = None
         self._stream_handle: int | None = None
         self._handover = torch.cuda.Event()
-        self._warned_unconsumed = False
 
     def _new_buffer(self) -> SeedBuffer:
         whole = torch.empty(self.num_seeds, dtype=torch.int64, device=self.device)
@@ -180,9 +186,11 @@ class SeedPrefetch:
         buffer; inside a capture, nothing is drawn."""
         seeds = self._buffer.seeds
         if _is_capturing():
-            return SeedBatch(self.owner, seeds, self._device_index, 0, True)
+            return SeedBatch(self._hand_back, seeds, self._device_index, 0, True)
         self.fill(self.num_seeds)
-        return SeedBatch(self.owner, seeds, self._device_index, self.num_seeds, None)
+        return SeedBatch(
+            self._hand_back, seeds, self._device_index, self.num_seeds, None
+        )
 
     def fill(self, count: int) -> None:
         """Draws the buffer's first `count` seeds on the current stream (outside
@@ -198,11 +206,34 @@ class SeedPrefetch:
         has the generator put back as far, as stock's capture draws nothing
         outside the graph. One that left seeds unconsumed is a warning, once,
         unless it is a FULL graph's replay (`full_cudagraph`, no seed taken),
-        whose graph reads them."""
+        whose graph reads them, or it handed them back."""
         if batch.under_capture and batch.eager_draws:
             self._rewind(OFFSETS_PER_DRAW * batch.eager_draws)
-        if not batch.complete and not (full_cudagraph and batch.consumed == 0):
-            self._warn_unconsumed(batch)
+        if batch.complete or batch.handed_back:
+            return
+        if not (full_cudagraph and batch.consumed == 0):
+            logger.warning_once(
+                "%s: a %sforward took fewer than the %d seeds it drew, so the "
+                "seeds of later forwards differ from those drawn without prefetching",
+                self.owner,
+                "captured " if batch.under_capture else "",
+                self.num_seeds,
+            )
+
+    def _hand_back(self, batch: SeedBatch, k: int) -> None:
+        """Seeds k.. of `batch`, found on another stream than its forward's, go
+        to inline draws there: the generator is put back to where stock's k-th
+        draw reads it, and the next draws wait for this stream's reads."""
+        logger.warning_once(
+            "%s: an SSU call ran on another stream than its forward began on; "
+            "that forward's later seeds are drawn inline",
+            self.owner,
+        )
+        if _is_capturing():
+            return
+        if batch.eager_draws:
+            self._rewind(OFFSETS_PER_DRAW * (batch.eager_draws - k))
+        self._hand_over()
 
     def _rewind(self, offsets: int) -> None:
         """Moves the generator back by `offsets` (outside a capture, where
@@ -216,16 +247,3 @@ class SeedPrefetch:
                 "generator during the capture: reseed it after capturing, not during"
             )
         generator.set_offset(offset - offsets)
-
-    def _warn_unconsumed(self, batch: SeedBatch) -> None:
-        if self._warned_unconsumed:
-            return
-        self._warned_unconsumed = True
-        logger.warning(
-            "%s: a %sforward consumed %d of the %d seeds it drew, so its later "
-            "seeds differ from stock's (warned once)",
-            self.owner,
-            "captured " if batch.under_capture else "",
-            batch.consumed,
-            self.num_seeds,
-        )

@@ -76,14 +76,16 @@ class SideStreamSeedBatch(SeedBatch):
 
     def __init__(
         self,
-        owner: str,
+        hand_back: Callable[[SeedBatch, int], None],
         buffer: SideStreamBuffer,
         device_index: int,
         under_capture: bool,
         stream: torch.cuda.Stream,
     ) -> None:
         eager_draws = 0 if under_capture else len(buffer.seeds)
-        super().__init__(owner, buffer.seeds, device_index, eager_draws, under_capture)
+        super().__init__(
+            hand_back, buffer.seeds, device_index, eager_draws, under_capture
+        )
         self._buffer = buffer
         self.stream = stream
 
@@ -162,7 +164,7 @@ class SideStreamSeedPrefetch(SeedPrefetch):
                 self.draw(segment)
                 event.record(side_stream)
         return SideStreamSeedBatch(
-            self.owner, buffer, self._device_index, under_capture, stream
+            self._hand_back, buffer, self._device_index, under_capture, stream
         )
 
     def finish(self, batch: SeedBatch, full_cudagraph: bool = False) -> None:

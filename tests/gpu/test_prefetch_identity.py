@@ -10,13 +10,11 @@ read, and where the generator ends.
 
 from __future__ import annotations
 
-import logging
 from functools import partial
 
 import pytest
 import torch
 
-from runner_hooks import WrongStreamError
 from runner_hooks.core import prefetch as prefetch_module
 
 from .harness import (
@@ -159,32 +157,34 @@ def test_slow_consumers_read_their_own_seeds_while_later_draws_are_scheduled(
     assert_same_seeds(*run_both(slow_consumers, make_runner))
 
 
+@pytest.fixture
+def warnings(monkeypatch: pytest.MonkeyPatch) -> list[tuple[object, ...]]:
+    """The arguments of each `logger.warning_once` call of the reset design."""
+    calls: list[tuple[object, ...]] = []
+    monkeypatch.setattr(prefetch_module.logger, "warning_once", lambda *args: calls.append(args))
+    return calls
+
+
 @pytest.mark.parametrize("consumed", [0, 1, NUM_LAYERS - 1])
-def test_reset_eager_forward_that_leaves_seeds_warns_once(
-    drawer: str, consumed: int, caplog: pytest.LogCaptureFixture
+def test_reset_eager_forward_that_leaves_seeds_warns(
+    drawer: str, consumed: int, warnings: list[tuple[object, ...]]
 ) -> None:
     runner = Runner("reset", drawer=drawer)
-    with caplog.at_level(logging.WARNING, logger="runner_hooks"):
-        for _ in range(2):
-            runner.decode(consumed)
-    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    assert len(warnings) == 1
-    assert f"consumed {consumed} of the {NUM_LAYERS} seeds" in warnings[0]
+    runner.decode(consumed)
+    assert [args[2:] for args in warnings] == [("", NUM_LAYERS)]
 
 
 @capture_styles
 def test_reset_capture_that_leaves_seeds_warns_and_captures(
-    drawer: str, style: str, caplog: pytest.LogCaptureFixture
+    drawer: str, style: str, warnings: list[tuple[object, ...]]
 ) -> None:
     """A performance option never stops an engine: the capture ends cleanly."""
     runner = Runner("reset", drawer=drawer)
     runner.decode()
-    with caplog.at_level(logging.WARNING, logger="runner_hooks"):
-        captured = runner.capture(runner.new_record(1), style, calls=1)
+    captured = runner.capture(runner.new_record(1), style, calls=1)
     runner.replay(captured)
     torch.cuda.synchronize()  # the capture ended cleanly: the device is fine
-    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    assert any("captured forward consumed 1 of the" in w for w in warnings), warnings
+    assert [args[2:] for args in warnings] == [("captured ", NUM_LAYERS)]
 
 
 # The checks at a forward's first and last seed (runner_hooks/core/prefetch.py's
@@ -224,27 +224,38 @@ def refuses_the_last_seed_after_the_capture(runner: Runner) -> None:
     assert last is None, "an eager consumer read the last seed of a captured forward"
 
 
-def refuses_a_forward_moved_to_another_stream(moved_after: int, runner: Runner) -> None:
+def draws_a_moved_forward_inline_as_stock(moved_after: int, runner: Runner) -> None:
     """A forward whose SSU calls move to another stream than its draws', at its first
-    seed or after it, is caught: those seeds are not ordered after their draws."""
+    seed or after it, hands its later seeds to inline draws there (they are not ordered
+    after its draws): stock's values, and the generator where stock's leave it."""
+    record, side = runner.new_record(), torch.cuda.Stream()
+    before = torch.cuda.get_rng_state()
     with runner.forward(DECODE):
-        for _ in range(moved_after):
-            assert runner.prefetcher.next_seed() is not None
-        with torch.cuda.stream(torch.cuda.Stream()):
-            try:
-                for _ in range(runner.num_layers - moved_after):
-                    runner.prefetcher.next_seed()
-            except WrongStreamError as error:
-                assert "must run on the stream" in str(error), error
-                return
-    raise AssertionError(f"no WrongStreamError for a forward moved after {moved_after} seeds")
+        runner.layers(record, moved_after)
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            later = record[moved_after:]
+            runner.layers(later, len(later) - 1)
+            last = runner.prefetcher.next_seed()
+            later[-1:].copy_(
+                torch.randint(0, 2**32, (1,), device=runner.device) if last is None else last
+            )
+        torch.cuda.current_stream().wait_stream(side)
+    after = torch.cuda.get_rng_state()
+    torch.cuda.set_rng_state(before)
+    stock = torch.cat(
+        [torch.randint(0, 2**32, (1,), device=runner.device) for _ in range(len(record))]
+    )
+    assert last is None, f"a seed was handed out on another stream (moved after {moved_after})"
+    assert torch.equal(record, stock), "not stock's values"
+    assert torch.equal(torch.cuda.get_rng_state(), after), "the generator is not where stock's is"
 
 
 GUARANTEES = {
     "last_seed_refused_to_a_later_capture": refuses_a_later_capture_the_last_seed,
     "last_seed_refused_after_the_capture": refuses_the_last_seed_after_the_capture,
-    "wrong_stream_at_the_first_seed": partial(refuses_a_forward_moved_to_another_stream, 0),
-    "wrong_stream_after_the_first_seed": partial(refuses_a_forward_moved_to_another_stream, 1),
+    "wrong_stream_at_the_first_seed": partial(draws_a_moved_forward_inline_as_stock, 0),
+    "wrong_stream_after_the_first_seed": partial(draws_a_moved_forward_inline_as_stock, 1),
 }
 KEPT_BY_THE_LAST_SEED = (
     "last_seed_refused_to_a_later_capture",

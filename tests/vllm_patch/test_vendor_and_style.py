@@ -9,7 +9,7 @@ from __future__ import annotations
 import ast
 import fnmatch
 import shutil
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import pytest
 
@@ -27,25 +27,22 @@ HEADER = vendor.SPDX_HEADER
 
 def test_a_module_gets_vllms_logger() -> None:
     source = (
-        HEADER + '"""Doc."""\n\nfrom __future__ import annotations\n\nimport logging\n\n'
-        "import torch\n\nfrom .hooks import ForwardInfo\n\n"
-        "logger = logging.getLogger(__name__)\n"
+        HEADER + '"""Doc."""\n\nfrom __future__ import annotations\n\n'
+        "import torch\n\nfrom .._logging import init_logger\nfrom .prefetch import SeedBatch\n\n"
+        "logger = init_logger(__name__)\n"
     )
-    vendored = vendor.vendor_module(source, "runner_hooks/core/x.py")
+    vendored = vendor._use_init_logger(source, vendor.source_dir(), PurePosixPath("core/x.py"))
     assert vendored == (
         HEADER + '"""Doc."""\n\nfrom __future__ import annotations\n\n'
-        "import torch\n\nfrom vllm.logger import init_logger\n\nfrom .hooks import ForwardInfo\n\n"
+        "import torch\n\nfrom vllm.logger import init_logger\n\nfrom .prefetch import SeedBatch\n\n"
         "logger = init_logger(__name__)\n"
     )
 
 
-def test_logging_stays_imported_where_the_module_uses_it_otherwise() -> None:
-    source = (
-        HEADER + "import logging\n\nlogger = logging.getLogger(__name__)\nLEVEL = logging.DEBUG\n"
-    )
-    vendored = vendor.vendor_module(source, "runner_hooks/core/x.py")
-    assert "import logging\n\nfrom vllm.logger import init_logger\n" in vendored
-    assert "logger = init_logger(__name__)" in vendored and "logging.DEBUG" in vendored
+def test_the_logger_import_must_be_init_logger_alone() -> None:
+    source = HEADER + "import torch\n\nfrom .._logging import functools, init_logger\n"
+    with pytest.raises(vendor.VendorError, match="import `init_logger` alone"):
+        vendor._use_init_logger(source, vendor.source_dir(), PurePosixPath("core/x.py"))
 
 
 def test_a_module_without_vllms_header_or_with_an_absolute_import_is_refused() -> None:
@@ -126,7 +123,7 @@ def test_no_vendored_file_names_anything_outside_vllm(design: Design) -> None:
     for path, data in vendor.vendored_files(design).items():
         text = data.decode()
         assert text.startswith(vendor.SPDX_HEADER), path
-        assert "logging.getLogger" not in text, path
+        assert "logging.getLogger" not in text and "_logging" not in text, path
         for name in vendor.FOREIGN_NAMES:
             assert name not in text, (path, name)
         assert "torch.ops." not in text, path  # no compiled op to call
