@@ -29,7 +29,7 @@ from pathlib import Path
 from . import fork_test, journal, targets, vendor
 from .gitrepo import dirty_paths
 from .releases import Design, Release, pristine_sha256
-from .syntax import FileOperations, SiteError, apply_all, each_edit, revert_all
+from .syntax import FileOperations, SiteError, UnparsableError, apply_all, each_edit, revert_all
 from .targets import ssu_dispatch
 from .tree import Kind, Target
 
@@ -124,6 +124,11 @@ def patched_text(target: Target, text: str, file_ops: FileOperations) -> str:
 
 
 def _moved(release: Release, path: str, error: SiteError) -> str:
+    if isinstance(error, UnparsableError):
+        return (
+            f"{path} does not parse as Python ({error}): restore vLLM's file "
+            "(git checkout -- <file>, or reinstall vLLM)"
+        )
     return (
         f"{path}: {error} (vLLM {release.version}); the code moved from where the patch "
         "expects it for this release"

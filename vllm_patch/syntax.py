@@ -35,6 +35,10 @@ class SiteError(Exception):
     is missing.  patch.py adds the file and the release."""
 
 
+class UnparsableError(SiteError):
+    """The file is not Python that parses: the message says where it stops parsing."""
+
+
 # --- the parsed file -----------------------------------------------------------------------
 
 
@@ -65,7 +69,7 @@ class Source:
         try:
             return parse(self.text)
         except SyntaxError as error:
-            raise SiteError(f"does not parse: {error}") from None
+            raise UnparsableError(f"{error.msg}, line {error.lineno}") from None
 
     @property
     def lines(self) -> list[str]:

@@ -1,9 +1,10 @@
 """Bad or odd inputs: each is answered with one line that names the problem and the fix
 (no traceback), and leaves the tree byte for byte as it was, symlinks and modes included.
 
-A file or tree path that is not UTF-8, a target file that is a symlink, Ctrl-C once the
-change is made, a tampered originals store, a cache or an export destination that cannot
-be written, a version with no release number, and a git tree that git refuses.
+A file or tree path that is not UTF-8, a target file that does not parse or is a
+symlink, Ctrl-C once the change is made, a tampered originals store, a cache or an export
+destination that cannot be written, a version with no release number, and a git tree
+that git refuses.
 """
 
 from __future__ import annotations
@@ -382,6 +383,42 @@ def test_export_over_an_existing_file_is_refused_without_force(
     status, out = run(capsys, "export", "--force", "-o", mail)
     assert status == 0, out
     assert mail.read_text().startswith("From ")
+
+
+# --- a target file that does not parse -------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+@pytest.mark.parametrize("kind", ["git tree", "plain tree", "installed"])
+def test_a_target_file_that_does_not_parse_is_refused_and_changes_nothing(
+    pristine: Path, tmp_path: Path, kind: str, command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No traceback on any verb or kind of target; check and apply name the file and
+    where it stops parsing, revert refuses the tree, status reports it."""
+    if kind == "git tree":
+        root = small_git_copy(pristine, tmp_path / "small")
+    else:
+        root = small_copy(pristine, tmp_path / "small")
+        if kind == "installed":
+            (root / "vllm/_version.py").unlink()
+            installed(root)
+    if command == "revert":
+        assert run(capsys, "apply", root)[0] == 0
+    file = root / envs.PATH
+    file.write_text(file.read_text() + "\ndef (:\n")
+    line = file.read_text().count("\n")
+    if kind == "git tree" and command != "revert":
+        git(root, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "broken")
+    before = full_snapshot(root)
+    status, out = run(capsys, command, root)
+    assert "Traceback" not in out, out
+    assert status == (0 if command == "status" else 1), out
+    if command in ("check", "apply"):
+        assert (
+            f"{envs.PATH} does not parse as Python (invalid syntax, line {line}): restore "
+            "vLLM's file (git checkout -- <file>, or reinstall vLLM)"
+        ) in out, out
+    assert full_snapshot(root) == before
 
 
 # --- versions and git -----------------------------------------------------------------------
