@@ -2,13 +2,13 @@
 
 With VLLM_MAMBA_SR_SEED_PREFETCH unset no prefetcher is attached
 (`_sr_seed_prefetcher` is None), and FlashInferSSUBackend.__call__ asks
-`self._next_rand_seed(device)` where stock calls `torch.randint(0, 2**32, (1,),
+`sr_rand_seed(device)` where stock calls `torch.randint(0, 2**32, (1,),
 device=device)` inline. Timed, per call: stock's inline draw; the landed
-`_next_rand_seed` (vllm_patch/landing/ssu_next_rand_seed.py, which asks ssu_gate's
-`prefetched_sr_seed()`, run over the module state the patch leaves with the flag off);
-and `DIRECT`, the same method reading `_sr_seed_prefetcher` itself. Each is timed
-with torch's randint (`real`) and with a stand-in that returns one tensor (`bare`:
-the site's own cost, which randint's ~µs would otherwise bury). CPU only.
+`sr_rand_seed` (vllm_patch/landing/ssu_gate.py, which asks `prefetched_sr_seed()`,
+run over the module state the patch leaves with the flag off); and `DIRECT`, the same
+function reading `_sr_seed_prefetcher` itself. Each is timed with torch's randint
+(`real`) and with a stand-in that returns one tensor (`bare`: the site's own cost,
+which randint's ~µs would otherwise bury). CPU only.
 
     python -m bench.flag_off_ssu [--rounds 60] [--calls 5000] [--out PREFIX]
 
@@ -31,7 +31,7 @@ from . import flag_off, stats
 
 LANDING = Path(__file__).resolve().parents[1] / "vllm_patch" / "landing"
 DIRECT = """
-def _next_rand_seed(self, device):
+def sr_rand_seed(device):
     prefetcher = _sr_seed_prefetcher
     if prefetcher is not None:
         seed = prefetcher.next_seed()
@@ -39,7 +39,7 @@ def _next_rand_seed(self, device):
             return seed
     return torch.randint(0, 2**32, (1,), device=device)
 """
-"""The method reading the attribute itself: one function call less than the landed one."""
+"""The function reading the attribute itself: one function call less than the landed one."""
 
 
 def _functions(path: Path, names: set[str]) -> ast.Module:
@@ -58,18 +58,21 @@ class BareTorch:
         return self._seed
 
 
-def backend(torch_module: Any, source: str | ast.Module, filename: str) -> Any:
-    """A FlashInferSSUBackend stand-in with `source`'s _next_rand_seed, over the
-    flag-off module state (prefetched_sr_seed from landing/ssu_gate.py)."""
+GATE = LANDING / "ssu_gate.py"
+
+
+def seed_site(torch_module: Any, source: str | ast.Module, filename: str) -> Any:
+    """`source`'s sr_rand_seed over the flag-off module state (prefetched_sr_seed
+    from landing/ssu_gate.py)."""
     namespace: dict[str, Any] = {"torch": torch_module, "_sr_seed_prefetcher": None}
-    gate = _functions(LANDING / "ssu_gate.py", {"prefetched_sr_seed"})
-    exec(compile(gate, str(LANDING / "ssu_gate.py"), "exec"), namespace)
+    gate = _functions(GATE, {"prefetched_sr_seed"})
+    exec(compile(gate, str(GATE), "exec"), namespace)
     exec(compile(source, filename, "exec"), namespace)
-    return type("FlashInferSSUBackend", (), {"_next_rand_seed": namespace["_next_rand_seed"]})()
+    return namespace["sr_rand_seed"]
 
 
 def variants() -> dict[str, Callable[[torch.device], object]]:
-    landed = _functions(LANDING / "ssu_next_rand_seed.py", {"_next_rand_seed"})
+    landed = _functions(GATE, {"sr_rand_seed"})
     table: dict[str, Callable[[torch.device], object]] = {}
     for kind, torch_module in (("real", torch), ("bare", BareTorch())):
 
@@ -77,12 +80,8 @@ def variants() -> dict[str, Callable[[torch.device], object]]:
             return torch_module.randint(0, 2**32, (1,), device=device)
 
         table[f"stock ({kind})"] = stock
-        table[f"flag-off, landed ({kind})"] = backend(
-            torch_module, landed, str(LANDING / "ssu_next_rand_seed.py")
-        )._next_rand_seed
-        table[f"flag-off, attribute read ({kind})"] = backend(
-            torch_module, DIRECT, "DIRECT"
-        )._next_rand_seed
+        table[f"flag-off, landed ({kind})"] = seed_site(torch_module, landed, str(GATE))
+        table[f"flag-off, attribute read ({kind})"] = seed_site(torch_module, DIRECT, "DIRECT")
     return table
 
 

@@ -8,7 +8,6 @@ landed site. The other tests check that the script runs and times the landed tex
 
 from __future__ import annotations
 
-import ast
 import json
 from pathlib import Path
 
@@ -42,19 +41,13 @@ def test_bad_arguments_are_refused() -> None:
         flag_off_ssu.main(["--calls", "0"])
 
 
-def test_the_timed_method_is_the_landed_one_and_draws_as_stock() -> None:
-    landed = flag_off_ssu.backend(
-        torch,
-        flag_off_ssu._functions(
-            flag_off_ssu.LANDING / "ssu_next_rand_seed.py", {"_next_rand_seed"}
-        ),
-        "landed",
+def test_the_timed_function_is_the_landed_one_and_draws_as_stock() -> None:
+    landed = flag_off_ssu.seed_site(
+        torch, flag_off_ssu._functions(flag_off_ssu.GATE, {"sr_rand_seed"}), "landed"
     )
-    code = landed._next_rand_seed.__code__
+    code = landed.__code__
     assert code.co_filename == "landed" and "prefetched_sr_seed" in code.co_names
     torch.manual_seed(3)
     expected = torch.randint(0, 2**32, (1,))
     torch.manual_seed(3)
-    assert torch.equal(landed._next_rand_seed(torch.device("cpu")), expected)
-    source = (flag_off_ssu.LANDING / "ssu_next_rand_seed.py").read_text()
-    assert [n.name for n in ast.parse(source).body] == ["_next_rand_seed"]
+    assert torch.equal(landed(torch.device("cpu")), expected)

@@ -3,18 +3,20 @@
 """A forward's stochastic-rounding seeds, drawn up front and taken by index.
 
 Race-free with CUDA stream order and events only:
-- Values: the drawer advances the CUDA generator as the N stock draws would, so
-  seed k is stock's k-th while nothing else draws from it between Mamba layers.
+- Values: the drawer advances the CUDA generator as the SSU calls' N per-call
+  draws (`torch.randint(0, 2**32, (1,))` each) would, so seed k is the k-th
+  call's value while nothing else draws from it between Mamba layers.
 - Seeds before readers: a forward's draws are enqueued on its stream as it
   begins, and its readers (its SSU kernels, or the graph it replays) run on that
   stream after them. A forward found on another stream at its first or last
-  seed draws the rest inline, as stock, from the generator put back as far.
+  seed draws the rest per call, from the generator put back as far.
 - One buffer, read by every forward and every captured graph: the next forward's
   draws are enqueued after this forward's readers on the same stream or, on
   another stream, after a handover event recorded on the one its readers were
   last found on (which may be the legacy default stream, handle 0, which pool
-  streams do not sync with: "no earlier forward" is None, not 0). The buffer is `record_stream`ed on each
-  stream that reads it, so freeing it with its prefetcher waits for those reads.
+  streams do not sync with: "no earlier forward" is None, not 0). The buffer is
+  `record_stream`ed on each stream that reads it, so freeing it with its
+  prefetcher waits for those reads.
 - Capture: a forward that begins inside a capture draws nothing, and its graph
   reads the buffer, which the draws before each of its replays fill.
 """
@@ -31,7 +33,7 @@ logger = init_logger(__name__)
 _is_capturing = torch.cuda.is_current_stream_capturing
 
 OFFSETS_PER_DRAW = 4
-"""Philox offsets one stock draw (randint of numel 1) reserves."""
+"""Philox offsets one per-call draw (randint of numel 1) reserves."""
 
 
 def _public_stream_handle(device_index: int) -> int:
@@ -46,7 +48,8 @@ _current_stream_handle: Callable[[int], int] = getattr(
 
 
 class GeneratorRewindError(RuntimeError):
-    """The generator cannot be put back after a capture as stock leaves it."""
+    """The generator cannot be put back after a capture to where per-call draws
+    leave it."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -99,7 +102,7 @@ class SeedBatch:
         self.handed_back = False
 
     def take(self) -> torch.Tensor | None:
-        """The next seed; None (the caller draws as stock) beyond the batch, when
+        """The next seed; None (the caller draws its own) beyond the batch, when
         the capture state at the first or last seed differs from the batch's, and
         from a seed taken on another stream than the forward's on."""
         k = self.consumed
@@ -150,7 +153,7 @@ class SeedPrefetch:
         device: torch.device,
         draw: Callable[[torch.Tensor], None],
     ) -> None:
-        """`draw(out)` fills `out` with len(out) stock draws' values, on the
+        """`draw(out)` fills `out` with len(out) per-call draws' values, on the
         current stream, advancing the CUDA generator as they would."""
         self.owner = owner
         self.num_seeds = num_seeds
@@ -203,7 +206,7 @@ class SeedPrefetch:
 
     def finish(self, batch: SeedBatch, full_cudagraph: bool = False) -> None:
         """Closes a forward. One whose seeds were drawn before its capture began
-        has the generator put back as far, as stock's capture draws nothing
+        has the generator put back as far, as a capture of per-call draws draws nothing
         outside the graph. One that left seeds unconsumed is a warning, once,
         unless it is a FULL graph's replay (`full_cudagraph`, no seed taken),
         whose graph reads them, or it handed them back."""
@@ -222,7 +225,7 @@ class SeedPrefetch:
 
     def _hand_back(self, batch: SeedBatch, k: int) -> None:
         """Seeds k.. of `batch`, found on another stream than its forward's, go
-        to inline draws there: the generator is put back to where stock's k-th
+        to inline draws there: the generator is put back to where the k-th call's
         draw reads it, and the next draws wait for this stream's reads."""
         logger.warning_once(
             "%s: an SSU call ran on another stream than its forward began on; "

@@ -4,14 +4,17 @@
 
 No CUDA graph draws: a forward's seeds are drawn as it begins, before a FULL
 graph's capture or replay alike, into the one buffer its graph reads. Identity
-with stock's per-call draws, value by value and in the CUDA generator's offset:
-- An eager forward draws what stock's N draws would, advancing the offset by 4N.
-- A replay: stock's graph draws from the offset and advances it by 4N; here the
-  replay's draws do, before it, and the graph reads them.
+with the SSU calls' per-call draws, value by value and in the CUDA generator's
+offset:
+- An eager forward draws what its N per-call draws would, advancing the offset
+  by 4N.
+- A replay: a graph of per-call draws draws from the offset and advances it by
+  4N; here the replay's draws do, before it, and the graph reads them.
 - A capture that begins inside the forward (V2's capture loop) draws nothing, as
-  stock's advances nothing outside its graph. One that begins after the forward
-  began (V1's graph wrapper, inside the runner's forward) is known at its first
-  seed; the forward's draws are then taken back from the offset as it ends.
+  a capture of per-call draws advances nothing outside its graph. One that
+  begins after the forward began (V1's graph wrapper, inside the runner's
+  forward) is known at its first seed; the forward's draws are then taken back
+  from the offset as it ends.
 """
 
 from collections.abc import Hashable, Iterator
@@ -24,7 +27,7 @@ from .prefetch import SeedBatch, SeedPrefetch
 
 class SRSeedPrefetcher:
     """The k-th `next_seed()` inside `forward()` returns seed k, drawn as the
-    forward began. None (the caller draws inline, as stock) outside a forward
+    forward began. None (the caller draws its own, per call) outside a forward
     and beyond N."""
 
     def __init__(self, prefetch: SeedPrefetch) -> None:
@@ -42,7 +45,7 @@ class SRSeedPrefetcher:
         layer. `full_cudagraph`: the body captures or replays a FULL CUDA graph;
         `captures`: the key of the FULL graph the body captures, whose replays
         `replay(captures)` draws for. A body that raises ends the forward too,
-        so a failed capture leaves the generator where stock's does."""
+        so a failed capture leaves the generator where per-call draws would."""
         self._begin()
         try:
             yield

@@ -7,8 +7,9 @@ if TYPE_CHECKING:
 
 environment_variables: dict[str, Callable[[], Any]] = {
     # If set to 1, the FlashInfer and Triton Mamba SSU backends (ReplaySSM too)
-    # draw a forward's stochastic-rounding seeds up front, identical to stock's
-    # per-call torch.randint; only with --enable-mamba-cache-stochastic-rounding.
+    # draw a forward's stochastic-rounding seeds up front, identical to the
+    # per-call torch.randint draws; only with
+    # --enable-mamba-cache-stochastic-rounding.
     "VLLM_MAMBA_SR_SEED_PREFETCH": lambda: bool(
         int(os.getenv("VLLM_MAMBA_SR_SEED_PREFETCH", "0"))
     ),

@@ -1,10 +1,11 @@
 # Lands in ssu_dispatch.py before get_mamba_ssu_backend (both designs), followed by
 # the design's _attach_sr_seed_prefetcher. prefetched_sr_seed is what both SSU
-# backends and both ReplaySSM calls ask; the Triton backend, and mamba_mixer2.py's
-# Triton ReplaySSM call, hand it to their kernel's wrapper, which draws when it is
-# None. MAMBA1_TYPE and MAMBA2_TYPE are how the release names the Mamba types: read
-# off initialize_mamba_ssu_backend's own check (an enum from 0.21.0 on, the strings
-# "mamba1" / "mamba2" before).
+# backends and both ReplaySSM calls ask: FlashInfer's two calls through
+# sr_rand_seed, which draws when it is None; the Triton backend, and
+# mamba_mixer2.py's Triton ReplaySSM call, hand it to their kernel's wrapper,
+# which draws when it is None. MAMBA1_TYPE and MAMBA2_TYPE are how the release
+# names the Mamba types: read off initialize_mamba_ssu_backend's own check (an
+# enum from 0.21.0 on, the strings "mamba1" / "mamba2" before).
 
 
 # vLLM loads a speculative draft model's layers under this prefix
@@ -53,5 +54,14 @@ def _sr_seed_prefetch_blocker(
 
 
 def prefetched_sr_seed() -> torch.Tensor | None:
-    """This SSU call's prefetched seed, or None: the caller draws as stock."""
+    """This SSU call's prefetched seed, or None: the caller draws its own."""
     return None if _sr_seed_prefetcher is None else _sr_seed_prefetcher.next_seed()
+
+
+def sr_rand_seed(device: torch.device) -> torch.Tensor:
+    """This SSU call's seed: the prefetched one, else drawn here, as without
+    prefetching."""
+    seed = prefetched_sr_seed()
+    if seed is not None:
+        return seed
+    return torch.randint(0, 2**32, (1,), device=device)

@@ -1,11 +1,10 @@
 """vllm/model_executor/layers/mamba/ops/ssu_dispatch.py: where the seeds are handed out.
 
-Both designs: `FlashInferSSUBackend.__call__` takes its seed from
-`_next_rand_seed` (the prefetched one, else stock's inline draw),
+Both designs: `FlashInferSSUBackend.__call__` and
+`selective_state_update_replayssm_flashinfer` (ReplaySSM, 0.30.0 on) take their
+seed from `sr_rand_seed` (the prefetched one, else drawn as stock),
 `TritonSSUBackend.__call__` hands `prefetched_sr_seed()` to
-`selective_state_update` (mamba_ssm.py, which draws as stock when it is None),
-`selective_state_update_replayssm_flashinfer` (ReplaySSM, 0.30.0 on) takes
-`prefetched_sr_seed()` and draws as stock only without one, and
+`selective_state_update` (mamba_ssm.py, which draws as stock when it is None), and
 `initialize_mamba_ssu_backend` attaches a prefetcher where it applies.  The
 designs differ in the prefetcher they attach and in what the runners see: the
 reset design adds `sr_seed_forward`, which the runners wrap each forward in.
@@ -24,7 +23,6 @@ from ..syntax import (
     Operation,
     ReplaceExpression,
     Source,
-    WrapInIf,
     imports_from,
     is_call,
     landing,
@@ -38,7 +36,7 @@ VENDORED_MODULE = "vllm.model_executor.layers.mamba.ops.sr_seed_prefetch"
 
 STOCK_DRAW = "torch.randint(0, 2**32, (1,), device=state.device)"
 """Stock's per-call draw in FlashInferSSUBackend.__call__, matched by its syntax."""
-PATCHED_DRAW = "self._next_rand_seed(state.device)"
+PATCHED_DRAW = "sr_rand_seed(state.device)"
 
 INIT = "initialize_mamba_ssu_backend"
 
@@ -78,40 +76,29 @@ def _replayssm_argument(source: Source) -> dict[str, str]:
 
 
 REPLAYSSM = "selective_state_update_replayssm_flashinfer"
-REPLAYSSM_DRAW = """
-rand_seed = (
-    torch.randint(0, 2**32, (1,), device=state.device, dtype=torch.int64)
-    if enable_stochastic_rounding
-    else None
-)
-"""
+REPLAYSSM_DRAW = "torch.randint(0, 2**32, (1,), device=state.device, dtype=torch.int64)"
 """Stock's draw in FlashInfer's ReplaySSM call, matched by its syntax."""
 
 
 def _replayssm_operations() -> list[Operation]:
-    """FlashInfer's ReplaySSM call takes the prefetched seed, else draws as stock:
-    where the release has it (a file without use_replayssm has no ReplaySSM)."""
-    draw = Find(
-        REPLAYSSM,
-        "statement `rand_seed = torch.randint(...) if enable_stochastic_rounding else None`",
-        same_syntax(REPLAYSSM_DRAW),
-    )
+    """FlashInfer's ReplaySSM call takes its seed from sr_rand_seed, where the release
+    has it (a file without use_replayssm has no ReplaySSM)."""
     return [
         only_where(
             _has_replayssm,
-            InsertStatements(
-                why=f"{REPLAYSSM} takes the prefetched seed",
-                at=draw,
-                code="rand_seed = prefetched_sr_seed()\n",
-                after=False,
-            ),
-        ),
-        only_where(
-            _has_replayssm,
-            WrapInIf(
-                why=f"{REPLAYSSM} draws as stock only without one",
-                at=draw,
-                code="rand_seed is None",
+            ReplaceExpression(
+                why=f"{REPLAYSSM} takes rand_seed from the prefetcher, else inline",
+                at=Find(
+                    REPLAYSSM, f"`{REPLAYSSM_DRAW}`", same_syntax(REPLAYSSM_DRAW), expression=True
+                ),
+                code=PATCHED_DRAW,
+                patched=Find(
+                    REPLAYSSM,
+                    f"`{PATCHED_DRAW}`",
+                    lambda n: is_call(n, "sr_rand_seed"),
+                    expression=True,
+                ),
+                original=REPLAYSSM_DRAW,
             ),
         ),
     ]
@@ -135,16 +122,6 @@ def _shared(design: Design) -> list[Operation]:
             "vllm.config.mamba",
             after=False,
         ),
-        InsertStatements(
-            why="FlashInferSSUBackend._next_rand_seed: the prefetched seed or the stock draw",
-            at=Find(
-                "FlashInferSSUBackend",
-                "__call__ method",
-                lambda n: isinstance(n, ast.FunctionDef) and n.name == "__call__",
-                direct=True,
-            ),
-            code="\n" + landing("ssu_next_rand_seed.py"),
-        ),
         ReplaceExpression(
             why="FlashInferSSUBackend.__call__ takes rand_seed from the prefetcher, else inline",
             at=Find(
@@ -157,7 +134,7 @@ def _shared(design: Design) -> list[Operation]:
             patched=Find(
                 "FlashInferSSUBackend.__call__",
                 f"`{PATCHED_DRAW}`",
-                lambda n: is_call(n, "self._next_rand_seed"),
+                lambda n: is_call(n, "sr_rand_seed"),
                 expression=True,
             ),
             original=STOCK_DRAW,
