@@ -1,10 +1,12 @@
 """Stand-ins for the GPU parts, for the CPU tests: a fake `vllm serve` (an HTTP server
 with /health, /metrics and /v1/completions whose tokens depend on the prompt and seed,
-and whose logprobs the one-seed control changes), and a fake `vllm bench serve` that
-writes a result JSON like vLLM's.
+and whose logprobs the one-seed control changes; streamed, a request's tokens come
+FAKE_ITL_S apart and add to the ITL histogram of /metrics), and a fake `vllm bench
+serve` that writes a result JSON like vLLM's.
 
     python -m bench.serve.cpu_fakes --port P [--kv fp8]
-FAKE_FAIL_KV (a KV dtype: exit at start with it), FAKE_START_S (seconds before /health).
+FAKE_FAIL_KV (a KV dtype: exit at start with it), FAKE_START_S (seconds before /health),
+FAKE_ITL_S (seconds between streamed tokens; default 0).
 """
 
 from __future__ import annotations
@@ -26,6 +28,9 @@ def _tokens(prompt: list[int], seed: int, n: int) -> list[int]:
 
 class Handler(BaseHTTPRequestHandler):
     arm = "stock"
+    itl_s = 0.0
+    itl_sum = 0.0
+    itl_count = 0
 
     def log_message(self, *args: object) -> None:
         pass
@@ -42,13 +47,23 @@ class Handler(BaseHTTPRequestHandler):
         if self.path == "/health":
             self._send(200, "")
         elif self.path == "/metrics":
-            self._send(200, "vllm:spec_decode_num_drafts_total 10\n", "text/plain")
+            labels = '{engine="0",model_name="sr-serve"}'
+            self._send(
+                200,
+                "vllm:spec_decode_num_drafts_total 10\n"
+                f"vllm:inter_token_latency_seconds_sum{labels} {Handler.itl_sum}\n"
+                f"vllm:inter_token_latency_seconds_count{labels} {Handler.itl_count}\n",
+                "text/plain",
+            )
         else:
             self._send(404, "{}")
 
     def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         tokens = _tokens(body["prompt"], body["seed"], body["max_tokens"])
+        if body.get("stream"):
+            self._stream(tokens)
+            return
         shift = 1e-3 if self.arm == "control-one-seed" else 0.0
         logprobs = [-1.0 - t / 1000 - shift for t in tokens]
         choice = {
@@ -57,6 +72,23 @@ class Handler(BaseHTTPRequestHandler):
             "logprobs": {"tokens": [f"token_id:{t}" for t in tokens], "token_logprobs": logprobs},
         }
         self._send(200, json.dumps({"choices": [choice]}))
+
+    def _stream(self, tokens: list[int]) -> None:
+        """Server-sent events, one token each, FAKE_ITL_S apart; then the usage and [DONE]."""
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+        for i, token in enumerate(tokens):
+            if i:
+                time.sleep(Handler.itl_s)
+            chunk = {"choices": [{"text": f" w{token}", "index": 0}]}
+            self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+            self.wfile.flush()
+        Handler.itl_sum += Handler.itl_s * (len(tokens) - 1)
+        Handler.itl_count += len(tokens) - 1
+        usage = {"choices": [], "usage": {"completion_tokens": len(tokens)}}
+        self.wfile.write(f"data: {json.dumps(usage)}\n\ndata: [DONE]\n\n".encode())
+        self.wfile.flush()
 
 
 def serve(argv: list[str] | None = None) -> int:
@@ -74,6 +106,7 @@ def serve(argv: list[str] | None = None) -> int:
         )
     time.sleep(float(os.environ.get("FAKE_START_S", "0")))
     Handler.arm = os.environ.get("SR_ENGINE_ARM", "stock")
+    Handler.itl_s = float(os.environ.get("FAKE_ITL_S", "0"))
     ThreadingHTTPServer(("127.0.0.1", args.port), Handler).serve_forever()
     return 0
 

@@ -35,6 +35,7 @@ BUDGET_ENV = "SR_SERVE_BUDGET_S"
 RESUME_ENV = "SR_SERVE_RESUME"
 DEPS_ENV = "SR_SERVE_DEPS"
 RECORDS_ENV = "SR_SERVE_RECORDS"
+PAIRED_ARGS_ENV = "SR_SERVE_PAIRED_ARGS"
 WEIGHTS_WORKER_ENV = "SR_SERVE_WORKER_WEIGHTS"
 
 VARIABLES: tuple[Variable, ...] = (
@@ -166,6 +167,13 @@ VARIABLES: tuple[Variable, ...] = (
         "where tests/gpu/vllm/stage-serve.sh put what vllm serve needs beyond the bundle: on "
         "every server's PYTHONPATH after the arm's vLLM",
         "server.py",
+    ),
+    Variable(
+        PAIRED_ARGS_ENV,
+        "--a stock --b stock --runs 2",
+        "engine.sh paired: the options of `python -m bench.serve.paired run` (arms, runs, "
+        "pairs, runner, spec tokens, --no-async-scheduling, ...; --help lists them)",
+        "tests/gpu/vllm/engine.sh",
     ),
     Variable(
         RECORDS_ENV,

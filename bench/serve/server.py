@@ -101,10 +101,12 @@ def command(settings: Settings, folder: Path, port: int, kv_cache_dtype: str) ->
         "--enable-mamba-cache-stochastic-rounding",
         "--mamba-cache-philox-rounds",
         "5",
-        "--async-scheduling",
-        "--enable-prefix-caching",
-        "--mamba-cache-mode",
-        "align",
+        *(["--async-scheduling"] if settings.async_scheduling else []),
+        *(
+            ["--enable-prefix-caching", "--mamba-cache-mode", "align"]
+            if settings.prefix_caching
+            else []
+        ),
         "--max-model-len",
         str(model_dir.MAX_MODEL_LEN),
         "--max-num-batched-tokens",
@@ -174,8 +176,10 @@ class Server:
         env: dict[str, str],
         log: Path,
         pid_file: Path | None = None,
+        preexec_fn: Callable[[], None] | None = None,
     ) -> Server:
-        """Starts argv_for(port) in a session of its own (so stop() ends all it started)."""
+        """Starts argv_for(port) in a session of its own (so stop() ends all it started),
+        after `preexec_fn` in the child (e.g. pinning it, and all it spawns, to cores)."""
         port = free_port()
         log.parent.mkdir(parents=True, exist_ok=True)
         with log.open("w") as sink:
@@ -186,6 +190,7 @@ class Server:
                 env=env,
                 cwd=REPO,
                 start_new_session=True,
+                preexec_fn=preexec_fn,
             )
         if pid_file is not None:
             pid_file.parent.mkdir(parents=True, exist_ok=True)

@@ -53,6 +53,8 @@ class Settings:
     kv_cache_dtype: str = "fp8"
     weights: str = "random"
     spec_tokens: int = 7
+    async_scheduling: bool = True
+    prefix_caching: bool = True  # in align mode
     kv_cache_bytes: int = 16 << 30
     extra_args: tuple[str, ...] = ()
     torch_deterministic: str = "0"

@@ -28,6 +28,8 @@ def test_engine_sh_has_the_serve_step() -> None:
     script = (ROOT / "tests/gpu/vllm/engine.sh").read_text()
     assert "python3 -m bench.serve.run" in script and "serve)" in script
     assert "! -path ./engine/serve.json" in script  # the records come back as a file of their own
+    assert "python3 -m bench.serve.paired run ${SR_SERVE_PAIRED_ARGS:-" in script
+    assert "! -path './engine/paired/*.jsonl'" in script
 
 
 def test_the_budgets_meaning_gives_the_start_guesses_run_uses() -> None:

@@ -23,6 +23,9 @@
 #             the engagement lines (SR_SERVE_*: python -m bench.serve.envs; the serve deps
 #             staged by tests/gpu/vllm/stage-serve.sh); resumes after a cut from
 #             /tmp/sr-engine/serve-<stamp>.json; SR_SERVE_TIMEOUT (s) bounds the step
+#   paired    bench/serve/paired.py: two resident servers pinned to cores of their own,
+#             requests in A B B A pairs, each run into $OUT/engine/paired/; its options
+#             from SR_SERVE_PAIRED_ARGS (default: an A/A run pair of stock servers, plain decode)
 #   pack      everything but the result JSONs into $OUT/engine-run.tar.xz (a device
 #             call brings back only a few files, none deep), and Triton's autotuning picks
 #             and FlashInfer's JIT builds into $OUT/triton-picks.tar.xz and
@@ -105,7 +108,7 @@ for step in "$@"; do
       (cd "$out" && find . -type f ! -name engine-run.tar.xz ! -path ./engine/identity.json \
          ! -path './engine/timing*.json' ! -path './engine/benchmark*.json' \
          ! -path ./engine/reproduce.json ! -path ./engine/reproduce-code.tar.xz \
-         ! -path ./engine/serve.json ! -name triton-picks.tar.xz ! -name flashinfer-builds.tar.xz \
+         ! -path ./engine/serve.json ! -path './engine/paired/*.jsonl' ! -name triton-picks.tar.xz ! -name flashinfer-builds.tar.xz \
          -print0 | tar --null -T - -cJf engine-run.tar.xz --remove-files) || status=1
       python3 -m bench.engine.carried_caches pack "$out" || status=1 ;;
     serve)
@@ -116,7 +119,12 @@ for step in "$@"; do
       PYTHONPATH=$PWD:$site:${SR_SERVE_DEPS:-/tmp/serve-site}${PYTHONPATH:+:$PYTHONPATH} \
         timeout -k 30 "${SR_SERVE_TIMEOUT:-86400}" python3 -m bench.serve.run 2>&1 | tee -a "$out/engine/serve.log"
       [ "${PIPESTATUS[0]}" = 0 ] || status=1 ;;
-    *) echo "unknown step $step (fork, identity, timing, reproduce, serve, pack)"; exit 2 ;;
+    paired)
+      PYTHONPATH=$PWD:$site:${SR_SERVE_DEPS:-/tmp/serve-site}${PYTHONPATH:+:$PYTHONPATH} \
+        python3 -m bench.serve.paired run ${SR_SERVE_PAIRED_ARGS:---a stock --b stock --runs 2} \
+        --out "$out/engine/paired" 2>&1 | tee -a "$out/engine/paired.log"
+      [ "${PIPESTATUS[0]}" = 0 ] || status=1 ;;
+    *) echo "unknown step $step (fork, identity, timing, reproduce, serve, paired, pack)"; exit 2 ;;
   esac
 done
 echo "=== done $(date -u +%T), exit status $status"
