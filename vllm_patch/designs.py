@@ -169,14 +169,18 @@ def commit_message(
     f = {name: str(figure) for name, figure in figures(design).items()}
     f["measured"] = MEASURED.format(**f)
     f["where"] = WHERE
+    # The sections of vLLM's pull-request template (.github/PULL_REQUEST_TEMPLATE.md),
+    # Details split by topic, then what AGENTS.md asks of an AI-assisted PR.
     blocks = [
         *_section("Overview", _overview(facts), f),
-        *_section("Design", _design(facts), f),
         *_section("Claims", _claims(facts), f),
         *_section("Validation", _validation(facts), f),
+        *_section("Details", _design(facts), f),
         *_section("Limitations", _limitations(facts), f),
         *_section("Gating: opt-in, or on by default?", _gating(facts), f),
         *(_section("Build", _build(facts), f) if facts.kernel else []),
+        *_section("Duplicate-work check", _duplicates(), f),
+        *_section("AI assistance", _assistance(), f),
         *derived,
     ]
     return f"{subject(added)}\n\n" + "\n\n".join(_refill(block) for block in blocks) + "\n"
@@ -498,6 +502,24 @@ def _gating(facts: _Facts) -> list[str]:
         'graphs the stock engine before it compiled ("Directly load" in its log).',
         "Flip the default, and drop the variable, once the identity check has passed "
         f"{_joined(flip, 'and')}.",
+    ]
+
+
+def _duplicates() -> list[str]:
+    return [
+        "Every release from 0.20.0 to 0.33.0 still draws each SSU call's seed with "
+        "its own torch.randint (the patch finds that draw in each), so no merged PR "
+        "does this. Open PRs and issues: the submitter runs gh pr list --repo "
+        'vllm-project/vllm --state open --search "stochastic rounding seed" (and '
+        '"mamba randint") before opening, and links any overlap here.'
+    ]
+
+
+def _assistance() -> list[str]:
+    return [
+        "AI assistance was used to write this change, its tests and this "
+        "description. The submitter has reviewed every changed line and run the "
+        "tests named under Validation."
     ]
 
 

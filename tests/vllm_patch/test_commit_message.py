@@ -140,7 +140,10 @@ def test_a_message_of_another_release_or_design_is_caught() -> None:
 
 # --- the message as a pull-request description ------------------------------------------------
 
-SECTIONS = ("Overview", "Design", "Claims", "Validation", "Limitations")
+SECTIONS = ("Overview", "Claims", "Validation", "Details", "Limitations")
+"""vLLM's pull-request template's sections, in its order (Details split by topic)."""
+AFTER = ("Duplicate-work check", "AI assistance")
+"""What vLLM's AGENTS.md asks an AI-assisted PR's description to state."""
 GATING = "Gating: opt-in, or on by default?"
 DERIVED_HEADS = ("Environment variable", "Changed:", "Call sites the model runners hook:", "Added:")
 
@@ -234,6 +237,7 @@ def test_the_sections_are_there_in_order(described) -> None:
         heads = [*SECTIONS, GATING]
         if design is Design.RESET:  # the seed kernel's: nothing to build
             heads.append("Build")
+        heads += AFTER
         positions = [lines.index(head) for head in heads]
         assert positions == sorted(positions), (version, design)
         assert all(lines[i - 1] == "" and lines[i + 1] == "" for i in positions)
