@@ -47,7 +47,7 @@ def test_every_runner_hooks_name_it_uses_exists(name):
 
 
 class FakeEvent:
-    """torch.cuda.Event where a CPU-only torch has none; the CPU plan records none anyway."""
+    """torch.Event where a CPU-only torch has none; the CPU plan records none anyway."""
 
     def record(self, stream=None) -> None:
         pass
@@ -64,7 +64,7 @@ def cpu_breakdown(monkeypatch):
 
     monkeypatch.setattr(variants, "_reset_prefetch", cpu_seed_prefetch)
     monkeypatch.setattr(variants, "cuda_device", lambda device, n: torch.device("cpu"))
-    monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
+    monkeypatch.setattr(torch, "Event", FakeEvent)
     monkeypatch.setattr(prefetch_module, "_current_stream_handle", lambda index: 0)
     monkeypatch.setattr(prefetch_module, "_is_capturing", lambda: False)
     # One stream on the CPU: never a handover.

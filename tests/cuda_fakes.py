@@ -47,6 +47,6 @@ def fake_cuda(monkeypatch: pytest.MonkeyPatch, state: Cuda) -> Cuda:
     )
     monkeypatch.setattr(prefetch_module, "_current_stream_handle", lambda index: state.stream)
     monkeypatch.setattr(prefetch_module, "_is_capturing", lambda: state.capturing)
-    monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
+    monkeypatch.setattr(torch, "Event", FakeEvent)
     monkeypatch.setattr(torch.cuda, "current_stream", lambda index=None: FakeStream(state.stream))
     return state

@@ -164,13 +164,13 @@ class SeedPrefetch:
         # The last drawing stream (None before the first) and its handle.
         self._stream: torch.cuda.Stream | None = None
         self._stream_handle: int | None = None
-        self._handover = torch.cuda.Event()
+        self._handover = torch.Event()
 
     def _new_buffer(self) -> SeedBuffer:
         whole = torch.empty(self.num_seeds, dtype=torch.int64, device=self.device)
         return SeedBuffer(whole, whole.split(1))
 
-    def _hand_over(self) -> torch.cuda.Event | None:
+    def _hand_over(self) -> torch.Event | None:
         """The event this forward's draws wait on, if its stream changed."""
         handle = _current_stream_handle(self._device_index)
         if handle == self._stream_handle:

@@ -65,8 +65,8 @@ PER_SEED = SyncPlan("per_seed", lambda n: tuple(range(n)))
 @dataclass(frozen=True, eq=False)
 class SideStreamBuffer(SeedBuffer):
     segments: tuple[torch.Tensor, ...]
-    events: tuple[torch.cuda.Event, ...]
-    wait_before: tuple[torch.cuda.Event | None, ...]
+    events: tuple[torch.Event, ...]
+    wait_before: tuple[torch.Event | None, ...]
     """Per seed, its segment's event if it is the segment's first seed."""
     last_segment_start: int
 
@@ -121,13 +121,13 @@ class SideStreamSeedPrefetch(SeedPrefetch):
         self.plan = plan
         self._segments = plan.segments(num_seeds)
         self._side_stream = torch.cuda.Stream(device)
-        self._fork = torch.cuda.Event()
+        self._fork = torch.Event()
         super().__init__(owner, num_seeds, device, draw)
         self._buffer.whole.record_stream(self._side_stream)
 
     def _new_buffer(self) -> SideStreamBuffer:
         whole = torch.empty(self.num_seeds, dtype=torch.int64, device=self.device)
-        events = tuple(torch.cuda.Event() for _ in self._segments)
+        events = tuple(torch.Event() for _ in self._segments)
         first = {start: events[i] for i, (start, _) in enumerate(self._segments)}
         return SideStreamBuffer(
             whole,
@@ -149,7 +149,7 @@ class SideStreamSeedPrefetch(SeedPrefetch):
     def _draw(
         self,
         buffer: SeedBuffer,
-        handover: torch.cuda.Event | None,
+        handover: torch.Event | None,
         under_capture: bool,
     ) -> SeedBatch:
         assert isinstance(buffer, SideStreamBuffer)
