@@ -39,13 +39,74 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from .autotune import INDUCTOR, pick_name
+
 FORMAT = "engine-identity/2"
 """The committed identity form's tag ("format" at the top of the file)."""
 
 CHAIN_KEYS = ("fingerprints", "layer_sums")
 """What a rank's state stores in its chain."""
+
+SHORT = 16
+
+
+def _sha(value: Any) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()
+
+
 STATE_KEYS = ("fingerprints", "layer_sums", "slot_sums", "rng_offsets", "state_sha256")
-"""What a record holds per TP rank (report.STATE_KEYS; worker.py's identity)."""
+"""What a record holds per TP rank (worker.py's identity)."""
+
+
+def rank_states(record: dict[str, Any]) -> list[dict[str, Any]]:
+    """A record's per-rank states, each with its "rank", in rank order; a
+    record of a run before TP (one state, at its top level) is rank 0's."""
+    if "ranks" in record:
+        return record["ranks"]
+    return [{"rank": 0, **{name: record[name] for name in STATE_KEYS if name in record}}]
+
+
+def _compact_state(state: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "rank": state["rank"],
+        "fingerprints": [f[:SHORT] for f in state["fingerprints"]],
+        "layer_sums": [[x[:SHORT] for x in step] for step in state.get("layer_sums", [])],
+        "slot_sums": [[x[:8] for x in step] for step in state.get("slot_sums", [])],
+        "rng_offsets": state.get("rng_offsets"),
+        "state_sha256": state["state_sha256"],
+    }
+
+
+def compact_record(record: dict[str, Any]) -> dict[str, Any]:
+    if "error" in record:
+        return {"error": record["error"]}
+    ranks = [_compact_state(state) for state in rank_states(record)]
+    return {
+        "steps": record["steps"],
+        "decode_steps": record["decode_steps"],
+        "start_s": round(record.get("start_s", 0.0), 1),
+        "decoded": record.get("decoded"),
+        "tp": len(ranks),
+        "ranks": ranks,
+        "sanity": record.get("sanity"),
+        # Serving configurations' evidence (records before them have none).
+        **{name: record[name] for name in SERVING_KEYS if name in record},
+        "tokens_sha256": _sha(record["tokens"]),
+        "logprobs_sha256": _sha(record["logprobs"]),
+    }
+
+
+SERVING_KEYS = ("cached_tokens", "block_size", "counters")
+"""What a record holds about its serving configuration, kept whole (worker.py's identity)."""
+
+
+def first_difference(a: Sequence[str], b: Sequence[str]) -> int | None:
+    """The first step whose state fingerprints differ (or where one run is longer), or None."""
+    for step, (x, y) in enumerate(zip(a, b, strict=False)):
+        if x != y:
+            return step
+    return None if len(a) == len(b) else min(len(a), len(b))
+
 
 RENAMES: dict[str, str] = {
     # Engine arms (arms.py): the reset design's arm is named after the design.
@@ -115,8 +176,6 @@ def _states(record: dict[str, Any]) -> list[dict[str, Any]]:
 def _parting_step(stock: dict[str, Any], state: dict[str, Any]) -> int | None:
     """The step `state` parts from `stock` at, where both kept per-slot sums of it
     (what report.slots_differing reads), else None."""
-    from .report import first_difference
-
     step = first_difference(stock["fingerprints"], state["fingerprints"])
     kept = min(len(stock.get("slot_sums") or []), len(state.get("slot_sums") or []))
     return step if step is not None and step < kept else None
@@ -126,8 +185,6 @@ def _packed_chain(chain: dict[str, Any]) -> dict[str, Any]:
     """A chain as stored: the fingerprints as one string where each is SHORT hex
     digits; each step's layer sums as [sum, layers] runs (layers that share a
     KV-cache tensor have the same sums)."""
-    from .report import SHORT
-
     out = dict(chain)
     prints = chain.get("fingerprints")
     if prints and all(len(f) == SHORT for f in prints):
@@ -147,8 +204,6 @@ def _packed_chain(chain: dict[str, Any]) -> dict[str, Any]:
 
 
 def _unpacked_chain(chain: dict[str, Any]) -> dict[str, Any]:
-    from .report import SHORT
-
     out = dict(chain)
     prints = chain.get("fingerprints")
     if isinstance(prints, str):
@@ -168,8 +223,6 @@ def unpacked(data: dict[str, Any]) -> dict[str, Any]:
     """{"records": cell -> [compact records], "engagement"} of any identity form:
     a run's identity.json (one record per cell), report.py's earlier compact form
     (a list per cell) or the committed form; arms renamed, meta kept."""
-    from .report import compact_record
-
     meta = {k: v for k, v in data.items() if k not in ("records", "engagement", "chains")}
     meta.pop("format", None)
     chains = data.get("chains", {})
@@ -329,8 +382,6 @@ def _short_autotune(data: dict[str, Any]) -> dict[str, Any]:
     """`data` (a timing record, and each run merged into it) with the Inductor kernels
     that every engine picked alike left out of the engines' picks, and named once
     instead (autotune.pick_name), under "inductor_alike" (report.autotune_markdown counts them)."""
-    from .autotune import INDUCTOR, pick_name
-
     for part in [data, *data.get("runs", [])]:
         kept = part.get("autotune")
         if not kept:

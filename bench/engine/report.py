@@ -16,7 +16,6 @@ file's engines numbered after the earlier files' (concatenate).
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import statistics
 from collections.abc import Sequence
@@ -37,58 +36,7 @@ from .arms import (
     GraphMode,
     Runner,
 )
-
-SHORT = 16
-
-
-def _sha(value: Any) -> str:
-    return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()
-
-
-STATE_KEYS = ("fingerprints", "layer_sums", "slot_sums", "rng_offsets", "state_sha256")
-"""What a record holds per TP rank (worker.py's identity)."""
-
-
-def rank_states(record: dict[str, Any]) -> list[dict[str, Any]]:
-    """A record's per-rank states, each with its "rank", in rank order; a
-    record of a run before TP (one state, at its top level) is rank 0's."""
-    if "ranks" in record:
-        return record["ranks"]
-    return [{"rank": 0, **{name: record[name] for name in STATE_KEYS if name in record}}]
-
-
-def _compact_state(state: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "rank": state["rank"],
-        "fingerprints": [f[:SHORT] for f in state["fingerprints"]],
-        "layer_sums": [[x[:SHORT] for x in step] for step in state.get("layer_sums", [])],
-        "slot_sums": [[x[:8] for x in step] for step in state.get("slot_sums", [])],
-        "rng_offsets": state.get("rng_offsets"),
-        "state_sha256": state["state_sha256"],
-    }
-
-
-def compact_record(record: dict[str, Any]) -> dict[str, Any]:
-    if "error" in record:
-        return {"error": record["error"]}
-    ranks = [_compact_state(state) for state in rank_states(record)]
-    return {
-        "steps": record["steps"],
-        "decode_steps": record["decode_steps"],
-        "start_s": round(record.get("start_s", 0.0), 1),
-        "decoded": record.get("decoded"),
-        "tp": len(ranks),
-        "ranks": ranks,
-        "sanity": record.get("sanity"),
-        # Serving configurations' evidence (records before them have none).
-        **{name: record[name] for name in SERVING_KEYS if name in record},
-        "tokens_sha256": _sha(record["tokens"]),
-        "logprobs_sha256": _sha(record["logprobs"]),
-    }
-
-
-SERVING_KEYS = ("cached_tokens", "block_size", "counters")
-"""What a record holds about its serving configuration, kept whole (worker.py's identity)."""
+from .compact import first_difference, rank_states
 
 
 def serving_evidence(record: dict[str, Any]) -> str:
@@ -116,14 +64,6 @@ def merge_identity(runs: Sequence[dict[str, Any]]) -> dict[str, list[dict[str, A
         for cell, records in compact_module.unpacked(run)["records"].items():
             merged.setdefault(cell, []).extend(records)
     return merged
-
-
-def first_difference(a: Sequence[str], b: Sequence[str]) -> int | None:
-    """The first step whose state fingerprints differ (or where one run is longer), or None."""
-    for step, (x, y) in enumerate(zip(a, b, strict=False)):
-        if x != y:
-            return step
-    return None if len(a) == len(b) else min(len(a), len(b))
 
 
 def _kept_at(a: dict[str, Any], b: dict[str, Any], key: str, step: int) -> tuple | None:

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import report
+from . import compact, report
 from .arms import DETERMINISTIC_ENV, IDENTITY_ENV, STOCK, GraphMode, Runner, compilation_config
 from .client import Worker
 from .session import SKIP_REASON, Settings, write_json
@@ -93,7 +93,7 @@ def _record(variant: Variant, process: int, settings: Settings, gpu: str) -> dic
 def run_variant(variant: Variant, settings: Settings, gpu: str) -> dict[str, Any]:
     with ThreadPoolExecutor(max_workers=2) as pool:
         records = list(pool.map(lambda p: _record(variant, p, settings, gpu), (0, 1)))
-    compact = [report.compact_record(r) for r in records]
+    compact = [compact.compact_record(r) for r in records]
     return {"verdict": report.compare(*compact), "gpu": gpu, "records": compact}
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from . import report, timing
+from . import compact, report, timing
 from .arms import Runner
 from .cpu_fakes import fake_record, instance_spawn, timing_settings
 
@@ -19,9 +19,9 @@ def test_report_compares_and_tabulates() -> None:
     stock = fake_record(["a" * 64, "b" * 64], [1, 2])
     same = fake_record(["a" * 64, "b" * 64], [1, 2])
     late = fake_record(["a" * 64, "c" * 64], [1, 3])
-    assert report.first_difference(stock["fingerprints"], late["fingerprints"]) == 1
-    assert report.first_difference(["a"], ["a", "b"]) == 1
-    assert report.first_difference(["a"], ["a"]) is None
+    assert compact.first_difference(stock["fingerprints"], late["fingerprints"]) == 1
+    assert compact.first_difference(["a"], ["a", "b"]) == 1
+    assert compact.first_difference(["a"], ["a"]) is None
     run = {
         "records": {
             "stock/v1/eager": stock,
@@ -39,7 +39,7 @@ def test_report_compares_and_tabulates() -> None:
     assert "| 2 / 1 |" in row and "identical" in row
     assert "state differs from step 1" in row and "did not run" in row
     tokens_only = fake_record(["a" * 64, "b" * 64], [1, 9])
-    assert report.compare(report.compact_record(stock), report.compact_record(tokens_only)) == (
+    assert report.compare(compact.compact_record(stock), compact.compact_record(tokens_only)) == (
         "tokens differ"
     )
 
@@ -55,12 +55,12 @@ def test_report_names_the_first_layer_that_differs() -> None:
         "layer_sums": [["0" * 32, "2" * 32]],
         "slot_sums": [["0" * 16, "f" * 16, "2" * 16]],
     }
-    assert report.compare(report.compact_record(stock), report.compact_record(other)) == (
+    assert report.compare(compact.compact_record(stock), compact.compact_record(other)) == (
         "state differs from step 0 (layer 1 first; slots 1)"
     )
     # No per-layer sums kept for that step: the step alone.
     late = fake_record(["a" * 64, "c" * 64], [1, 2])
-    assert report.compare(report.compact_record(stock), report.compact_record(late)) == (
+    assert report.compare(compact.compact_record(stock), compact.compact_record(late)) == (
         "state differs from step 1"
     )
 
@@ -155,15 +155,15 @@ def test_microbench_predictions_follow_each_arms_variant() -> None:
 
 def test_a_record_of_a_run_before_tp_is_rank_0s() -> None:
     flat = fake_record(["a" * 64, "b" * 64], [1, 2])
-    (state,) = report.rank_states(flat)
+    (state,) = compact.rank_states(flat)
     assert state["rank"] == 0 and state["fingerprints"] == flat["fingerprints"]
-    compact = report.compact_record(flat)
-    assert compact["tp"] == 1 and compact["ranks"][0]["fingerprints"] == ["a" * 16, "b" * 16]
+    record = compact.compact_record(flat)
+    assert record["tp"] == 1 and record["ranks"][0]["fingerprints"] == ["a" * 16, "b" * 16]
     # Judged as before TP: the verdicts name no rank.
-    again = report.compact_record(fake_record(["a" * 64, "b" * 64], [1, 2]))
-    assert report.compare(compact, again) == "identical"
-    late = report.compact_record(fake_record(["a" * 64, "c" * 64], [1, 2]))
-    assert report.compare(compact, late) == "state differs from step 1"
+    again = compact.compact_record(fake_record(["a" * 64, "b" * 64], [1, 2]))
+    assert report.compare(record, again) == "identical"
+    late = compact.compact_record(fake_record(["a" * 64, "c" * 64], [1, 2]))
+    assert report.compare(record, late) == "state differs from step 1"
 
 
 def test_timing_report_shows_each_rank_and_the_spread(tmp_path: Path) -> None:
@@ -423,7 +423,6 @@ def test_the_report_says_whether_every_engine_picked_alike() -> None:
 def test_the_committed_form_keeps_the_count_and_the_inductor_kernels_apart() -> None:
     """compact names Inductor's kernels every engine picked alike once; the report
     counts them as before, and lists the one picked otherwise from the picks kept."""
-    from . import compact
 
     mamba = {"ssd_bmm.k": {"(128,)": "BLOCK: 32"}}
     same = {"inductor.a@1": {"config": "X: 8"}, "inductor.b@2": {"config": "X: 4"}}

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import torch
 
-from . import arms, model, report, worker
+from . import arms, compact, model, report, worker
 from . import spans as engine_spans
 from .arms import BY_NAME, IDENTITY_ARMS, STOCK, TIMING_ARMS, GraphMode, Runner
 from .client import Worker
@@ -135,9 +135,9 @@ def test_identity_record_holds_every_ranks_state(monkeypatch: pytest.MonkeyPatch
     assert got["ranks"][0]["fingerprints"] != got["ranks"][1]["fingerprints"]
     assert set(got["tokens"]) == {f"r{i}" for i in range(len(worker.PROMPT_LENGTHS))}
     # The report's compact form keeps each rank's state, with its rank.
-    compact = report.compact_record(got)
-    assert compact["tp"] == 2 and [s["rank"] for s in compact["ranks"]] == [0, 1]
-    assert report.compare(compact, report.compact_record(got)) == "identical"
+    record = compact.compact_record(got)
+    assert record["tp"] == 2 and [s["rank"] for s in record["ranks"]] == [0, 1]
+    assert report.compare(record, compact.compact_record(got)) == "identical"
     other = json.loads(json.dumps(got))
     other["ranks"][1]["fingerprints"][5] = "f" * 64
     assert report.compare(got, other) == "rank 1: state differs from step 5"

@@ -11,8 +11,8 @@ import pytest
 
 from . import compact
 from .arms import PLAIN, GraphMode, Runner, Serving
+from .compact import compact_record, first_difference, rank_states
 from .identity import key
-from .report import compact_record, first_difference, rank_states
 
 MIN_DECODE_STEPS = 64
 """Fewer decode steps in stock's record than this and the identity shows too little."""

@@ -43,9 +43,9 @@ from bench.engine.arms import (
     Perturb,
     Runner,
 )
+from bench.engine.compact import rank_states
 from bench.engine.envs import RECORDS_ENV
 from bench.engine.identity import run
-from bench.engine.report import rank_states
 from bench.engine.session import MODES_ENV, RUNNERS_ENV, SERVING_ENV, SKIP_REASON, Settings
 from bench.engine.verdicts import (
     assert_identical,

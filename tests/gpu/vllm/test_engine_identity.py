@@ -44,9 +44,9 @@ from bench.engine.arms import (
     Runner,
     Serving,
 )
+from bench.engine.compact import first_difference
 from bench.engine.envs import RECORDS_ENV
 from bench.engine.identity import MODES, run
-from bench.engine.report import first_difference
 from bench.engine.session import (
     IDENTITY_ARMS_ENV,
     MODES_ENV,
