@@ -93,8 +93,8 @@ def _record(variant: Variant, process: int, settings: Settings, gpu: str) -> dic
 def run_variant(variant: Variant, settings: Settings, gpu: str) -> dict[str, Any]:
     with ThreadPoolExecutor(max_workers=2) as pool:
         records = list(pool.map(lambda p: _record(variant, p, settings, gpu), (0, 1)))
-    compact = [compact.compact_record(r) for r in records]
-    return {"verdict": report.compare(*compact), "gpu": gpu, "records": compact}
+    compacted = [compact.compact_record(r) for r in records]
+    return {"verdict": report.compare(*compacted), "gpu": gpu, "records": compacted}
 
 
 def pack_code(out: Path) -> Path:

@@ -76,27 +76,34 @@ def _replayssm_argument(source: Source) -> dict[str, str]:
 
 
 REPLAYSSM = "selective_state_update_replayssm_flashinfer"
-REPLAYSSM_DRAW = "torch.randint(0, 2**32, (1,), device=state.device, dtype=torch.int64)"
-"""Stock's draw in FlashInfer's ReplaySSM call, matched by its syntax."""
+REPLAYSSM_DRAW = """rand_seed = (
+        torch.randint(0, 2**32, (1,), device=state.device, dtype=torch.int64)
+        if enable_stochastic_rounding
+        else None
+    )"""
+"""Stock's draw statement in FlashInfer's ReplaySSM call, matched by its syntax, and
+written back as here (the function body's indentation) on revert."""
+REPLAYSSM_PATCHED = "rand_seed = sr_rand_seed(state.device) if enable_stochastic_rounding else None"
 
 
 def _replayssm_operations() -> list[Operation]:
     """FlashInfer's ReplaySSM call takes its seed from sr_rand_seed, where the release
-    has it (a file without use_replayssm has no ReplaySSM)."""
+    has it (a file without use_replayssm has no ReplaySSM). The statement is replaced
+    whole: with the shorter call it fits on one line, as ruff formats it."""
     return [
         only_where(
             _has_replayssm,
             ReplaceExpression(
                 why=f"{REPLAYSSM} takes rand_seed from the prefetcher, else inline",
                 at=Find(
-                    REPLAYSSM, f"`{REPLAYSSM_DRAW}`", same_syntax(REPLAYSSM_DRAW), expression=True
-                ),
-                code=PATCHED_DRAW,
-                patched=Find(
                     REPLAYSSM,
-                    f"`{PATCHED_DRAW}`",
-                    lambda n: is_call(n, "sr_rand_seed"),
-                    expression=True,
+                    "statement `rand_seed = torch.randint(...) if enable_stochastic_rounding "
+                    "else None`",
+                    same_syntax(REPLAYSSM_DRAW),
+                ),
+                code=REPLAYSSM_PATCHED,
+                patched=Find(
+                    REPLAYSSM, f"statement `{REPLAYSSM_PATCHED}`", same_syntax(REPLAYSSM_PATCHED)
                 ),
                 original=REPLAYSSM_DRAW,
             ),
