@@ -206,8 +206,8 @@ class SeedPrefetch:
 
     def finish(self, batch: SeedBatch, full_cudagraph: bool = False) -> None:
         """Closes a forward. One whose seeds were drawn before its capture began
-        has the generator put back as far, as a capture of per-call draws draws nothing
-        outside the graph. One that left seeds unconsumed is a warning, once,
+        has the generator put back as far, as a capture of per-call draws leaves
+        it outside the graph. One that left seeds unconsumed is a warning, once,
         unless it is a FULL graph's replay (`full_cudagraph`, no seed taken),
         whose graph reads them, or it handed them back."""
         if batch.under_capture and batch.eager_draws:
